@@ -1,0 +1,180 @@
+"""The destination: the external ticket service where side effects land.
+
+Theory of operation
+-------------------
+The destination records effects by idempotency key. Everything it knows, it
+knows at the moment a message reaches it; it never sees the ledger. Its guards
+are switchable so that the models can show what each one buys:
+
+* ``fence``: put-if-absent on the key. The second write for a key is refused,
+  whichever attempt it came from. It does not order attempts: an old write that
+  arrives first wins.
+* ``fingerprint``: a payload fingerprint per key. A second write with a different
+  payload is refused as a conflict, never acknowledged as if it were the first.
+* ``witness``: a record of each attempt's state (in_flight, committed, refused,
+  abandoned), and the atomic ``abandon_unless_committed``: after it, that
+  attempt's late registration or commit is refused. Abandoning an attempt the
+  destination has never heard of leaves a tombstone, so a registration still on
+  its way cannot resurrect it.
+
+The ``Destination`` protocol is what a team implements to check its own adapter
+with ``fence check --destination``. ``effects()`` is the ground truth the
+invariants are judged on, so it must report every write that really happened.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from fence._errors import WitnessRequired
+
+
+class AttemptState(enum.Enum):
+    IN_FLIGHT = "in_flight"
+    COMMITTED = "committed"
+    REFUSED = "refused"
+    ABANDONED = "abandoned"
+
+
+class CommitResult(enum.Enum):
+    WRITTEN = "written"
+    """The effect landed now."""
+    ALREADY_EXISTS = "already_exists"
+    """Refused by the fence: this key already has an effect (same payload, or unchecked)."""
+    CONFLICT = "conflict"
+    """Refused by the fingerprint: this key already has an effect with another payload."""
+    ABANDONED = "abandoned"
+    """Refused by the witness: this attempt was abandoned before its commit arrived."""
+
+    @property
+    def refused(self) -> bool:
+        return self is not CommitResult.WRITTEN
+
+
+@dataclass(frozen=True)
+class Guards:
+    fence: bool = False
+    fingerprint: bool = False
+    witness: bool = False
+
+    def union(self, other: Guards) -> Guards:
+        return Guards(
+            self.fence or other.fence,
+            self.fingerprint or other.fingerprint,
+            self.witness or other.witness,
+        )
+
+    def describe(self) -> str:
+        names = [name for name in ("fence", "fingerprint", "witness") if getattr(self, name)]
+        return "+".join(names) or "none"
+
+
+NO_GUARDS = Guards()
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One write that really happened at the destination."""
+
+    key: str
+    attempt_id: str
+    payload: str
+    sequence: int
+    """Order in which effects landed (1, 2, ...), for reports."""
+
+
+@runtime_checkable
+class Destination(Protocol):
+    """What fence needs from a ticket service to drive and judge it."""
+
+    guards: Guards
+
+    def register(self, attempt_id: str, key: str) -> AttemptState | None:
+        """An attempt announces itself before working; ``None`` if no witness is kept."""
+
+    def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        """The side effect: write the ticket for ``key`` unless a guard refuses."""
+
+    def lookup(self, key: str) -> bool:
+        """Does an effect for ``key`` exist right now?"""
+
+    def attempt_state(self, attempt_id: str) -> AttemptState | None:
+        """What the witness knows of an attempt; ``None`` if it never heard of it."""
+
+    def abandon_unless_committed(self, attempt_id: str) -> AttemptState:
+        """Atomically: COMMITTED if the attempt committed, else mark it ABANDONED."""
+
+    def effects(self) -> list[Effect]:
+        """Every write that landed, in order."""
+
+
+class TicketService:
+    """fence's own in-memory destination, with the guards switched by ``Guards``."""
+
+    def __init__(self, guards: Guards = NO_GUARDS) -> None:
+        self.guards = guards
+        self._effects: list[Effect] = []
+        self._first_payload: dict[str, str] = {}
+        self._attempts: dict[str, AttemptState] = {}
+
+    # -- the protocol ------------------------------------------------------------
+    def register(self, attempt_id: str, key: str) -> AttemptState | None:
+        if not self.guards.witness:
+            return None
+        return self._attempts.setdefault(attempt_id, AttemptState.IN_FLIGHT)
+
+    def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        if self.guards.witness:
+            known = self._attempts.get(attempt_id)
+            if known is AttemptState.ABANDONED:
+                return CommitResult.ABANDONED
+            if known is AttemptState.COMMITTED:
+                # The same attempt asking twice: replay, do not write again.
+                return CommitResult.ALREADY_EXISTS
+        existing_payload = self._first_payload.get(key)
+        if existing_payload is not None:
+            if self.guards.fingerprint and existing_payload != payload:
+                return self._refuse(attempt_id, CommitResult.CONFLICT)
+            if self.guards.fence:
+                return self._refuse(attempt_id, CommitResult.ALREADY_EXISTS)
+        self._effects.append(Effect(key, attempt_id, payload, len(self._effects) + 1))
+        self._first_payload.setdefault(key, payload)
+        if self.guards.witness:
+            self._attempts[attempt_id] = AttemptState.COMMITTED
+        return CommitResult.WRITTEN
+
+    def lookup(self, key: str) -> bool:
+        return key in self._first_payload
+
+    def attempt_state(self, attempt_id: str) -> AttemptState | None:
+        if not self.guards.witness:
+            return None
+        return self._attempts.get(attempt_id)
+
+    def abandon_unless_committed(self, attempt_id: str) -> AttemptState:
+        if not self.guards.witness:
+            raise WitnessRequired(
+                "abandon_unless_committed needs a destination with the witness guard on"
+            )
+        if self._attempts.get(attempt_id) is AttemptState.COMMITTED:
+            return AttemptState.COMMITTED
+        self._attempts[attempt_id] = AttemptState.ABANDONED
+        return AttemptState.ABANDONED
+
+    def effects(self) -> list[Effect]:
+        return list(self._effects)
+
+    # -- helpers -----------------------------------------------------------------
+    def _refuse(self, attempt_id: str, result: CommitResult) -> CommitResult:
+        if self.guards.witness:
+            self._attempts[attempt_id] = AttemptState.REFUSED
+        return result
+
+    def snapshot(self) -> tuple:
+        """A hashable picture of the destination, for state fingerprints."""
+        return (
+            tuple((e.key, e.attempt_id, e.payload) for e in self._effects),
+            tuple(sorted((a, s.value) for a, s in self._attempts.items())),
+        )

@@ -1,0 +1,76 @@
+"""The janitor: takes back expired leases, one policy-driven step at a time.
+
+Its three steps (scan, probe, settle) are separate methods because in a real
+fleet they are separate moments: the world moves on between a lookup and the
+decision made from it. The models call them one by one with other events in
+between; ``run_once`` chains them for the real-clock loop of the experiments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fence._destination import Destination
+from fence._errors import IllegalMove
+from fence._ledger import Ledger, Move, Reservation, ReservationState
+from fence._policies import Decision, Evidence, JanitorPolicy
+
+_SETTLE_MOVES = {Decision.EXISTING: Move.SETTLE_EXISTING, Decision.UNUSED: Move.SETTLE_UNUSED}
+
+
+@dataclass(frozen=True)
+class Settlement:
+    reservation: Reservation
+    decision: Decision
+    evidence: Evidence
+
+    @property
+    def released(self) -> bool:
+        return self.reservation.state is ReservationState.UNUSED
+
+
+class Janitor:
+    def __init__(self, ledger: Ledger, destination: Destination, policy: JanitorPolicy) -> None:
+        self.ledger = ledger
+        self.destination = destination
+        self.policy = policy
+
+    def scan(self, reservation_id: str, now: float) -> Reservation:
+        """Act on one expired lease: hold it for evidence, or (naive) free it."""
+        reservation = self.ledger.get(reservation_id)
+        if reservation.state is not ReservationState.RESERVED or not reservation.expired(now):
+            raise IllegalMove(
+                f"scan {reservation_id} at {now}: it is {reservation.state.value} with "
+                f"deadline {reservation.deadline}; only an expired reserved lease is scanned"
+            )
+        move = Move.EXPIRE_AND_HOLD if self.policy.hold_on_expiry else Move.EXPIRE_AND_RELEASE
+        return self.ledger.apply(reservation_id, move)
+
+    def probe(self, reservation_id: str) -> Evidence:
+        """Ask the destination what the policy wants to know about this reservation."""
+        return self.policy.probe(self.destination, self.ledger.get(reservation_id))
+
+    def settle(self, reservation_id: str, evidence: Evidence) -> Settlement:
+        """Apply the policy's decision; raises IllegalMove if the reservation moved on."""
+        decision = self.policy.decide(evidence)
+        if decision is Decision.HOLD:
+            return Settlement(self.ledger.get(reservation_id), decision, evidence)
+        moved = self.ledger.apply(reservation_id, _SETTLE_MOVES[decision])
+        return Settlement(moved, decision, evidence)
+
+    def run_once(self, now: float) -> list[Settlement | Reservation]:
+        """One full pass, for the real-clock loop: scan, then probe and settle each."""
+        results: list[Settlement | Reservation] = []
+        for reservation in self.ledger.expired(now):
+            scanned = self.scan(reservation.reservation_id, now)
+            results.append(scanned)
+        for reservation in self.ledger.reservations():
+            if reservation.state is ReservationState.OUTCOME_UNKNOWN:
+                evidence = self.probe(reservation.reservation_id)
+                try:
+                    results.append(self.settle(reservation.reservation_id, evidence))
+                except IllegalMove:
+                    # A confirm raced in between probe and settle: the ledger
+                    # kept the newer state, which is what we want.
+                    pass
+        return results

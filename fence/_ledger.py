@@ -1,0 +1,215 @@
+"""The reservation ledger: a pool of capacity units handed out under leases.
+
+Theory of operation
+-------------------
+A job that wants to spend one unit of the fleet's shared quota reserves it. The
+reservation names the job's idempotency key, the attempt that owns it and a lease
+deadline. The owner confirms once its effect has landed; if it falls silent, a
+janitor notices the expired lease and decides, by its policy, whether the unit was
+spent or may return to the pool.
+
+Rules of this module:
+
+* Time is a value passed in (``now``). Nothing here reads a clock, sleeps or
+  starts a thread, so the same ledger runs under the models' logical clock and
+  under the real monotonic clock of the experiments.
+* Every legal move is one row of ``TRANSITIONS``. A move that is not in the table
+  raises ``IllegalMove`` naming the move and the state, and changes nothing.
+* A unit is held by every reservation that is not ``UNUSED``. ``UNUSED`` is the
+  only way back to the pool and it is terminal, so no unit is freed twice.
+* Workers address the ledger by idempotency key and attempt identity, as a
+  real ledger keyed by job would. The ledger checks that the caller owns the
+  key's *current* reservation, so a late confirm from a stale attempt cannot
+  touch a newer one -- unless attempts share one identity, which is exactly
+  the ambiguity the shared-identity option exists to show.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
+
+
+class ReservationState(enum.Enum):
+    RESERVED = "reserved"
+    """Held under a live or expired lease; nobody has decided anything yet."""
+    CONFIRMED = "confirmed"
+    """The owner reported its effect landed: the unit is spent."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """The lease expired and the janitor holds the unit until there is evidence."""
+    CONFIRMED_EXISTING = "confirmed_existing"
+    """Evidence from the destination shows the effect exists: the unit is spent."""
+    UNUSED = "unused"
+    """Evidence (or a naive policy) says no effect happened: the unit is back."""
+
+
+class Move(enum.Enum):
+    """The moves a reservation can make, named for who makes them and why."""
+
+    CONFIRM = "confirm"  # owner: my write landed
+    CONFIRM_EXISTING = "confirm_existing"  # owner: the destination says the key exists
+    EXPIRE_AND_HOLD = "expire_and_hold"  # janitor: lease expired, wait for evidence
+    EXPIRE_AND_RELEASE = "expire_and_release"  # janitor (naive): lease expired, free it
+    SETTLE_EXISTING = "settle_existing"  # janitor: evidence of the effect
+    SETTLE_UNUSED = "settle_unused"  # janitor: evidence of no effect
+
+
+S = ReservationState
+TRANSITIONS: dict[ReservationState, dict[Move, ReservationState]] = {
+    S.RESERVED: {
+        Move.CONFIRM: S.CONFIRMED,
+        Move.CONFIRM_EXISTING: S.CONFIRMED_EXISTING,
+        Move.EXPIRE_AND_HOLD: S.OUTCOME_UNKNOWN,
+        Move.EXPIRE_AND_RELEASE: S.UNUSED,
+    },
+    S.OUTCOME_UNKNOWN: {
+        # The owner's own report is evidence too: a late ack beats the janitor.
+        Move.CONFIRM: S.CONFIRMED,
+        Move.CONFIRM_EXISTING: S.CONFIRMED_EXISTING,
+        Move.SETTLE_EXISTING: S.CONFIRMED_EXISTING,
+        Move.SETTLE_UNUSED: S.UNUSED,
+    },
+    S.CONFIRMED: {},
+    S.CONFIRMED_EXISTING: {},
+    S.UNUSED: {},
+}
+del S
+
+HOLDING_STATES = frozenset(s for s in ReservationState if s is not ReservationState.UNUSED)
+OWNER_MOVES = frozenset({Move.CONFIRM, Move.CONFIRM_EXISTING})
+
+
+@dataclass(frozen=True)
+class Reservation:
+    reservation_id: str
+    key: str
+    owner: str
+    """The identity of the attempt that holds it (per attempt, or shared)."""
+    deadline: float
+    state: ReservationState = ReservationState.RESERVED
+
+    @property
+    def holds_unit(self) -> bool:
+        return self.state in HOLDING_STATES
+
+    def expired(self, now: float) -> bool:
+        return now >= self.deadline
+
+
+def transitions_mermaid() -> str:
+    """The state diagram, drawn from ``TRANSITIONS`` so it can never drift from it."""
+    lines = ["stateDiagram-v2", "    [*] --> reserved: reserve"]
+    for source, moves in TRANSITIONS.items():
+        for move, target in moves.items():
+            lines.append(f"    {source.value} --> {target.value}: {move.value}")
+    return "\n".join(lines)
+
+
+class Ledger:
+    """N capacity units, and every reservation ever made against them."""
+
+    def __init__(self, capacity: int) -> None:
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")
+        self.capacity = capacity
+        self._reservations: dict[str, Reservation] = {}
+        self._current_by_key: dict[str, str] = {}
+        self._count_by_key: dict[str, int] = {}
+        self.units_freed: dict[str, int] = {}
+        """How many times each reservation returned its unit (must stay <= 1)."""
+
+    # -- reading ---------------------------------------------------------------
+    def get(self, reservation_id: str) -> Reservation:
+        return self._reservations[reservation_id]
+
+    def reservations(self) -> list[Reservation]:
+        return list(self._reservations.values())
+
+    def current(self, key: str) -> Reservation | None:
+        reservation_id = self._current_by_key.get(key)
+        return None if reservation_id is None else self._reservations[reservation_id]
+
+    @property
+    def held(self) -> int:
+        return sum(1 for r in self._reservations.values() if r.holds_unit)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def expired(self, now: float) -> list[Reservation]:
+        """Reservations whose lease has run out and that nobody has looked at yet."""
+        return [
+            r
+            for r in self._reservations.values()
+            if r.state is ReservationState.RESERVED and r.expired(now)
+        ]
+
+    # -- moving ----------------------------------------------------------------
+    def reserve(self, key: str, owner: str, now: float, lease: float) -> Reservation:
+        if lease < 0:
+            raise ValueError(f"lease must be >= 0 seconds (or ticks), got {lease!r}")
+        if self.free < 1:
+            raise CapacityExhausted(
+                f"reserve {key!r} for {owner!r}: all {self.capacity} units are held; "
+                "wait for a confirm or for the janitor to settle an expired lease"
+            )
+        current = self.current(key)
+        if current is not None and current.holds_unit:
+            raise IllegalMove(
+                f"reserve {key!r} for {owner!r}: reservation {current.reservation_id} "
+                f"for that key is still {current.state.value}; settle it first"
+            )
+        count = self._count_by_key.get(key, 0) + 1
+        self._count_by_key[key] = count
+        reservation = Reservation(f"{key}/r{count}", key, owner, now + lease)
+        self._reservations[reservation.reservation_id] = reservation
+        self._current_by_key[key] = reservation.reservation_id
+        return reservation
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        """Make one move from the table on one reservation, or raise and change nothing."""
+        reservation = self._reservations[reservation_id]
+        target = TRANSITIONS[reservation.state].get(move)
+        if target is None:
+            allowed = ", ".join(m.value for m in TRANSITIONS[reservation.state]) or "none"
+            raise IllegalMove(
+                f"{move.value} on {reservation_id}: it is {reservation.state.value}, "
+                f"which allows: {allowed}"
+            )
+        moved = replace(reservation, state=target)
+        self._reservations[reservation_id] = moved
+        if not moved.holds_unit:
+            self.units_freed[reservation_id] = self.units_freed.get(reservation_id, 0) + 1
+        return moved
+
+    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+        """A worker's move, addressed by key: only the current owner may make it."""
+        if move not in OWNER_MOVES:
+            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
+        current = self.current(key)
+        if current is None:
+            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: the key has no reservation")
+        if current.owner != owner:
+            raise StaleAttempt(
+                f"{move.value} {key!r} by {owner!r}: the current reservation "
+                f"{current.reservation_id} belongs to {current.owner!r}; a stale "
+                "attempt may not change it"
+            )
+        return self.apply(current.reservation_id, move)
+
+    def confirm(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM)
+
+    def confirm_existing(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+    # -- model checking --------------------------------------------------------
+    def snapshot(self) -> tuple:
+        """A hashable picture of the whole ledger, for state fingerprints."""
+        return tuple(
+            (r.reservation_id, r.owner, r.deadline, r.state.value)
+            for r in self._reservations.values()
+        )

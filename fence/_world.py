@@ -1,0 +1,680 @@
+"""The model world: workers, a lossy network, janitors, one ledger, one destination.
+
+Theory of operation
+-------------------
+This is the one model of the fleet that every engine drives: the Hypothesis
+machines pick its enabled actions at random and shrink, the explorer walks all of
+them, and a saved counterexample is replayed through it step by step. It owns no
+policy logic and no guard logic of its own: it wires the real ``Ledger``,
+``Janitor`` and destination together and moves messages between them.
+
+Everything is a discrete action on a logical clock (``now`` is an integer number
+of ticks). A worker's life is: reserve -> start (its registration is a message
+that may be delayed) -> send commit (a message) -> receive ack (a message that may
+be lost) -> confirm at the ledger. It can crash at any point. The network
+delivers messages in any order, so a commit can land after the lease expired,
+after the janitor released the unit, after a retry. Janitors scan, probe and
+settle as separate actions, so a lookup can be answered and then go stale.
+
+While it runs, the world records the facts the invariants are judged on
+(``releases``, ``late_effects``, ``stale_changes``) and counts the dangerous
+interleavings it reached (``reached``), so that a "safe" verdict can show that
+the danger was really visited.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from typing import Callable, ClassVar
+
+from fence._destination import (
+    AttemptState,
+    CommitResult,
+    Destination,
+    Guards,
+    TicketService,
+)
+from fence._errors import FenceError, IllegalMove, StaleAttempt
+from fence._janitor import Janitor
+from fence._ledger import Ledger, Move, ReservationState
+from fence._policies import Decision, Evidence, JanitorPolicy
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    capacity: int = 1
+    jobs: int = 1
+    max_attempts: int = 3
+    """Attempts per job the random part of a run may start (the drain may start more)."""
+    lease: int = 2
+    """Lease length in ticks."""
+    janitors: int = 2
+    horizon: int = 30
+    """The clock never passes this many ticks during the random part of a run."""
+
+    def problem(self) -> str | None:
+        if self.capacity < 1:
+            return f"capacity must be at least 1 unit, got {self.capacity}"
+        if self.jobs < 1:
+            return f"jobs must be at least 1, got {self.jobs}"
+        if self.jobs > self.capacity:
+            return (
+                f"jobs ({self.jobs}) must not exceed capacity ({self.capacity}): each job "
+                "spends one unit of quota, so extra jobs could never finish"
+            )
+        if self.lease < 1:
+            return f"lease must be at least 1 tick, got {self.lease}"
+        if self.max_attempts < 1:
+            return f"max_attempts must be at least 1, got {self.max_attempts}"
+        if self.janitors < 1:
+            return f"janitors must be at least 1, got {self.janitors}"
+        return None
+
+    def describe(self) -> str:
+        return (
+            f"{self.capacity} unit(s), {self.jobs} job(s), {self.max_attempts} attempt(s) "
+            f"per job, lease {self.lease} ticks, {self.janitors} janitor(s)"
+        )
+
+
+class Phase(enum.Enum):
+    RESERVED = "reserved"  # holds a reservation, has not started
+    WORKING = "working"  # registered (message sent), doing the work
+    COMMIT_SENT = "commit_sent"  # commit on its way, or answered and the answer lost
+    ACKED = "acked"  # the destination's answer arrived
+    DONE = "done"  # confirmed, or gave up after a refusal
+    CRASHED = "crashed"
+
+
+ALIVE_PHASES = frozenset({Phase.RESERVED, Phase.WORKING, Phase.COMMIT_SENT, Phase.ACKED})
+
+
+@dataclass
+class Attempt:
+    handle: str
+    """The model's own unique name for the attempt (job1#2: job1's second attempt)."""
+    identity: str
+    """The id the attempt reports under: its handle, or the job's one shared id."""
+    key: str
+    reservation_id: str
+    payload: str
+    phase: Phase = Phase.RESERVED
+    ack: CommitResult | None = None
+    wrote: bool = False
+
+
+class MessageKind(enum.Enum):
+    REGISTER = "register"
+    COMMIT = "commit"
+    ACK = "ack"
+
+
+@dataclass(frozen=True)
+class Message:
+    kind: MessageKind
+    attempt: str
+    result: CommitResult | None = None
+
+    def describe(self) -> str:
+        if self.kind is MessageKind.ACK:
+            return f"the answer '{self.result.value}' to {self.attempt}"
+        return f"{self.attempt}'s {self.kind.value}"
+
+
+# -- actions ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Action:
+    """One step of the world. Subclasses are the rules of the models."""
+
+    kind: ClassVar[str]
+    REGISTRY: ClassVar[dict[str, type[Action]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        Action.REGISTRY[cls.kind] = cls
+
+    def to_dict(self) -> dict:
+        return {"action": self.kind, **asdict(self)}
+
+    @staticmethod
+    def from_dict(data: dict) -> Action:
+        if not isinstance(data, dict) or data.get("action") not in Action.REGISTRY:
+            raise ValueError(f"not a fence action: {data!r}")
+        cls = Action.REGISTRY[data["action"]]
+        names = {f.name for f in fields(cls)}
+        arguments = {k: v for k, v in data.items() if k != "action"}
+        if set(arguments) != names:
+            raise ValueError(f"action {data['action']!r} takes {sorted(names)}, got {sorted(arguments)}")
+        return cls(**arguments)
+
+
+@dataclass(frozen=True)
+class Reserve(Action):
+    kind: ClassVar[str] = "reserve"
+    job: str
+
+
+@dataclass(frozen=True)
+class Retry(Action):
+    kind: ClassVar[str] = "retry"
+    job: str
+
+
+@dataclass(frozen=True)
+class Start(Action):
+    kind: ClassVar[str] = "start"
+    attempt: str
+
+
+@dataclass(frozen=True)
+class SendCommit(Action):
+    kind: ClassVar[str] = "send_commit"
+    attempt: str
+
+
+@dataclass(frozen=True)
+class Deliver(Action):
+    kind: ClassVar[str] = "deliver"
+    message: str
+    """register, commit or ack"""
+    attempt: str
+
+
+@dataclass(frozen=True)
+class LoseAck(Action):
+    kind: ClassVar[str] = "lose_ack"
+    attempt: str
+
+
+@dataclass(frozen=True)
+class Confirm(Action):
+    kind: ClassVar[str] = "confirm"
+    attempt: str
+
+
+@dataclass(frozen=True)
+class Crash(Action):
+    kind: ClassVar[str] = "crash"
+    attempt: str
+
+
+@dataclass(frozen=True)
+class Tick(Action):
+    kind: ClassVar[str] = "tick"
+    by: int
+
+
+@dataclass(frozen=True)
+class Scan(Action):
+    kind: ClassVar[str] = "scan"
+    janitor: int
+    reservation: str
+
+
+@dataclass(frozen=True)
+class Probe(Action):
+    kind: ClassVar[str] = "probe"
+    janitor: int
+    reservation: str
+
+
+@dataclass(frozen=True)
+class Settle(Action):
+    kind: ClassVar[str] = "settle"
+    janitor: int
+    reservation: str
+
+
+ACTION_KINDS: tuple[str, ...] = tuple(Action.REGISTRY)
+
+
+@dataclass(frozen=True)
+class Step:
+    """An applied action with the sentence that tells what happened."""
+
+    action: Action
+    sentence: str
+    now: int
+    actor: str
+    """worker:<attempt>, janitor:<n>, network, clock: who acted (for diagrams)."""
+    target: str
+    """ledger, destination, worker:<attempt>, network, clock: who it acted on."""
+    drain: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseRecord:
+    """A unit went back to the pool: what the world looked like at that moment."""
+
+    reservation_id: str
+    key: str
+    owner_attempt: str
+    step: int
+    unaccounted_effects: int
+    """Effects for the key not covered by another reservation still holding a unit."""
+    owner_could_still_write: bool
+
+
+class InapplicableAction(FenceError, ValueError):
+    """An action that is not enabled in the current state (e.g. a corrupt replay)."""
+
+
+class World:
+    def __init__(
+        self,
+        policy: JanitorPolicy,
+        config: ModelConfig = ModelConfig(),
+        destination_factory: Callable[[Guards], Destination] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.config = config
+        make = destination_factory or TicketService
+        self.destination: Destination = make(policy.guards)
+        self.ledger = Ledger(config.capacity)
+        self.janitors = [Janitor(self.ledger, self.destination, policy) for _ in range(config.janitors)]
+        self.now = 0
+        self.jobs = [f"job{n}" for n in range(1, config.jobs + 1)]
+        self.attempts: dict[str, Attempt] = {}
+        self.attempts_used: dict[str, int] = {job: 0 for job in self.jobs}
+        self.retry_queue: list[str] = []
+        self.network: list[Message] = []
+        self.evidence: list[dict[str, Evidence]] = [{} for _ in range(config.janitors)]
+        self.owner_of_reservation: dict[str, str] = {}
+        self.trace: list[Step] = []
+        self.releases: list[ReleaseRecord] = []
+        self.late_effects: list[str] = []
+        self.stale_changes: list[str] = []
+        self.reached: Counter[str] = Counter()
+        self.draining = False
+
+    # -- reading -----------------------------------------------------------------
+    def attempt_of(self, reservation_id: str) -> Attempt:
+        return self.attempts[self.owner_of_reservation[reservation_id]]
+
+    def in_network(self, kind: MessageKind, attempt: str) -> bool:
+        return any(m.kind is kind and m.attempt == attempt for m in self.network)
+
+    def effects_for(self, key: str) -> int:
+        return sum(1 for effect in self.destination.effects() if effect.key == key)
+
+    def can_still_write(self, attempt: Attempt) -> bool:
+        """Could this attempt still make an effect land (or try to)?"""
+        if self.destination.attempt_state(attempt.identity) is AttemptState.ABANDONED:
+            return False  # the witness will refuse whatever it sends
+        if attempt.phase in (Phase.RESERVED, Phase.WORKING):
+            return True
+        return self.in_network(MessageKind.COMMIT, attempt.handle)
+
+    def live_attempts(self) -> list[Attempt]:
+        return [a for a in self.attempts.values() if self.can_still_write(a)]
+
+    # -- enabled actions -----------------------------------------------------------
+    def enabled(self, kind: str) -> list[Action]:
+        return _ENABLED[kind](self)
+
+    def enabled_actions(self) -> list[Action]:
+        return [action for kind in ACTION_KINDS for action in self.enabled(kind)]
+
+    def _can_reserve(self, job: str) -> bool:
+        bounded = self.draining or self.attempts_used[job] < self.config.max_attempts
+        return self.ledger.free >= 1 and bounded
+
+    def _enabled_reserve(self) -> list[Action]:
+        return [Reserve(j) for j in self.jobs if self.attempts_used[j] == 0 and self._can_reserve(j)]
+
+    def _enabled_retry(self) -> list[Action]:
+        return [Retry(j) for j in dict.fromkeys(self.retry_queue) if self._can_reserve(j)]
+
+    def _attempts_in(self, *phases: Phase) -> list[Attempt]:
+        return [a for a in self.attempts.values() if a.phase in phases]
+
+    def _enabled_start(self) -> list[Action]:
+        return [Start(a.handle) for a in self._attempts_in(Phase.RESERVED)]
+
+    def _enabled_send_commit(self) -> list[Action]:
+        return [SendCommit(a.handle) for a in self._attempts_in(Phase.WORKING)]
+
+    def _enabled_deliver(self) -> list[Action]:
+        return [Deliver(m.kind.value, m.attempt) for m in self.network]
+
+    def _enabled_lose_ack(self) -> list[Action]:
+        return [LoseAck(m.attempt) for m in self.network if m.kind is MessageKind.ACK]
+
+    def _enabled_confirm(self) -> list[Action]:
+        return [Confirm(a.handle) for a in self._attempts_in(Phase.ACKED)]
+
+    def _enabled_crash(self) -> list[Action]:
+        return [Crash(a.handle) for a in self._attempts_in(*ALIVE_PHASES)]
+
+    def _enabled_tick(self) -> list[Action]:
+        room = self.config.horizon - self.now
+        return [Tick(by) for by in range(1, min(self.config.lease, room) + 1)]
+
+    def _enabled_scan(self) -> list[Action]:
+        return [
+            Scan(j, r.reservation_id)
+            for r in self.ledger.expired(self.now)
+            for j in range(self.config.janitors)
+        ]
+
+    def _enabled_probe(self) -> list[Action]:
+        return [
+            Probe(j, r.reservation_id)
+            for r in self.ledger.reservations()
+            if r.state is ReservationState.OUTCOME_UNKNOWN
+            for j in range(self.config.janitors)
+            if r.reservation_id not in self.evidence[j]
+        ]
+
+    def _enabled_settle(self) -> list[Action]:
+        return [Settle(j, r) for j in range(self.config.janitors) for r in self.evidence[j]]
+
+    # -- applying --------------------------------------------------------------------
+    def apply(self, action: Action) -> Step:
+        if action not in self.enabled(action.kind):
+            raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
+        sentence, actor, target = getattr(self, f"_do_{action.kind}")(action)
+        step = Step(action, sentence, self.now, actor, target, self.draining)
+        self.trace.append(step)
+        return step
+
+    def _new_attempt(self, job: str) -> Attempt:
+        number = self.attempts_used[job] + 1
+        handle = f"{job}#{number}"
+        identity = job if self.policy.shared_identity else handle
+        reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
+        self.attempts_used[job] = number
+        attempt = Attempt(handle, identity, job, reservation.reservation_id, f"ticket for {job}")
+        self.attempts[handle] = attempt
+        self.owner_of_reservation[reservation.reservation_id] = handle
+        return attempt
+
+    def _do_reserve(self, action: Reserve):
+        attempt = self._new_attempt(action.job)
+        deadline = self.ledger.get(attempt.reservation_id).deadline
+        return (
+            f"a worker reserves a unit for {action.job} as attempt {attempt.handle} "
+            f"(lease until t={deadline})",
+            f"worker:{attempt.handle}",
+            "ledger",
+        )
+
+    def _do_retry(self, action: Retry):
+        self.retry_queue.remove(action.job)
+        attempt = self._new_attempt(action.job)
+        self.reached["retry_after_release"] += 1
+        deadline = self.ledger.get(attempt.reservation_id).deadline
+        return (
+            f"{action.job} is retried: a worker reserves a unit as attempt {attempt.handle} "
+            f"(lease until t={deadline})",
+            f"worker:{attempt.handle}",
+            "ledger",
+        )
+
+    def _do_start(self, action: Start):
+        attempt = self.attempts[action.attempt]
+        attempt.phase = Phase.WORKING
+        self.network.append(Message(MessageKind.REGISTER, attempt.handle))
+        return (
+            f"{attempt.handle} starts working and sends its registration to the destination",
+            f"worker:{attempt.handle}",
+            "network",
+        )
+
+    def _do_send_commit(self, action: SendCommit):
+        attempt = self.attempts[action.attempt]
+        attempt.phase = Phase.COMMIT_SENT
+        self.network.append(Message(MessageKind.COMMIT, attempt.handle))
+        return (
+            f"{attempt.handle} finishes its work and sends its commit",
+            f"worker:{attempt.handle}",
+            "network",
+        )
+
+    def _take(self, kind: MessageKind, attempt: str) -> Message:
+        for index, message in enumerate(self.network):
+            if message.kind is kind and message.attempt == attempt:
+                return self.network.pop(index)
+        raise AssertionError("enabled() offered a message that is not in the network")
+
+    def _do_deliver(self, action: Deliver):
+        kind = MessageKind(action.message)
+        message = self._take(kind, action.attempt)
+        attempt = self.attempts[action.attempt]
+        if kind is MessageKind.REGISTER:
+            state = self.destination.register(attempt.identity, attempt.key)
+            known = f" (witness: {state.value})" if state is not None else " (no witness kept)"
+            return f"the destination receives {attempt.handle}'s registration{known}", "network", "destination"
+        if kind is MessageKind.COMMIT:
+            return self._deliver_commit(attempt)
+        # An answer reaching its worker.
+        if attempt.phase is not Phase.COMMIT_SENT:
+            return f"{message.describe()} arrives, but {attempt.handle} has crashed", "network", f"worker:{attempt.handle}"
+        attempt.ack = message.result
+        if message.result in (CommitResult.WRITTEN, CommitResult.ALREADY_EXISTS):
+            attempt.phase = Phase.ACKED
+            return f"{attempt.handle} receives the answer '{message.result.value}'", "network", f"worker:{attempt.handle}"
+        attempt.phase = Phase.DONE
+        return (
+            f"{attempt.handle} receives the refusal '{message.result.value}' and gives up",
+            "network",
+            f"worker:{attempt.handle}",
+        )
+
+    def _deliver_commit(self, attempt: Attempt):
+        reservation = self.ledger.get(attempt.reservation_id)
+        if reservation.expired(self.now) or reservation.state is not ReservationState.RESERVED:
+            self.reached["commit_after_expiry"] += 1
+        released = reservation.state is ReservationState.UNUSED
+        if released:
+            self.reached["commit_after_release"] += 1
+        result = self.destination.commit(attempt.identity, attempt.key, attempt.payload)
+        self.network.append(Message(MessageKind.ACK, attempt.handle, result))
+        if result is CommitResult.WRITTEN:
+            attempt.wrote = True
+            if released:
+                self.late_effects.append(
+                    f"{attempt.handle}'s effect landed after its reservation "
+                    f"{reservation.reservation_id} was given back"
+                )
+            copies = self.effects_for(attempt.key)
+            what = "the ticket is written" + (f" (copy {copies} for {attempt.key})" if copies > 1 else "")
+        else:
+            what = f"refused: {result.value}"
+        return f"the destination receives {attempt.handle}'s commit: {what}", "network", "destination"
+
+    def _do_lose_ack(self, action: LoseAck):
+        self._take(MessageKind.ACK, action.attempt)
+        return f"the network loses the destination's answer to {action.attempt}", "network", "network"
+
+    def _do_confirm(self, action: Confirm):
+        attempt = self.attempts[action.attempt]
+        attempt.phase = Phase.DONE
+        move = Move.CONFIRM if attempt.ack is CommitResult.WRITTEN else Move.CONFIRM_EXISTING
+        try:
+            changed = self.ledger.owner_move(attempt.key, attempt.identity, move)
+        except (StaleAttempt, IllegalMove) as refusal:
+            return f"{attempt.handle} tries to {move.value}; the ledger refuses: {refusal}", f"worker:{attempt.handle}", "ledger"
+        if changed.reservation_id != attempt.reservation_id:
+            self.stale_changes.append(
+                f"{attempt.handle}'s {move.value} changed {changed.reservation_id}, "
+                f"which belongs to {self.owner_of_reservation[changed.reservation_id]}"
+            )
+        return (
+            f"{attempt.handle} {move.value}s: {changed.reservation_id} is {changed.state.value}",
+            f"worker:{attempt.handle}",
+            "ledger",
+        )
+
+    def _do_crash(self, action: Crash):
+        attempt = self.attempts[action.attempt]
+        if attempt.phase in (Phase.RESERVED, Phase.WORKING):
+            point = "before its effect"
+        elif self.in_network(MessageKind.COMMIT, attempt.handle):
+            point = "while its commit is in flight"
+            self.reached["crash_while_commit_in_flight"] += 1
+        elif attempt.wrote:
+            point = "after its effect landed, before confirming"
+            self.reached["crash_after_effect"] += 1
+        else:
+            point = "after its commit was refused, before hearing of it"
+        attempt.phase = Phase.CRASHED
+        return f"{attempt.handle} crashes {point}", f"worker:{attempt.handle}", f"worker:{attempt.handle}"
+
+    def _do_tick(self, action: Tick):
+        self.now += action.by
+        expired = [r.reservation_id for r in self.ledger.expired(self.now)]
+        note = f"; lease of {', '.join(expired)} has expired" if expired else ""
+        return f"the clock advances {action.by} tick(s) to t={self.now}{note}", "clock", "clock"
+
+    def _do_scan(self, action: Scan):
+        janitor = self.janitors[action.janitor]
+        moved = janitor.scan(action.reservation, self.now)
+        actor = f"janitor:{action.janitor}"
+        if moved.state is ReservationState.UNUSED:
+            self._record_release(action.reservation)
+            return f"janitor {action.janitor} sees {action.reservation} expired and frees its unit", actor, "ledger"
+        return (
+            f"janitor {action.janitor} sees {action.reservation} expired and holds it as outcome_unknown",
+            actor,
+            "ledger",
+        )
+
+    def _do_probe(self, action: Probe):
+        owner = self.attempt_of(action.reservation)
+        if self.in_network(MessageKind.COMMIT, owner.handle):
+            self.reached["probe_while_commit_in_flight"] += 1
+        if self.in_network(MessageKind.REGISTER, owner.handle):
+            self.reached["probe_while_registration_in_flight"] += 1
+        evidence = self.janitors[action.janitor].probe(action.reservation)
+        self.evidence[action.janitor][action.reservation] = evidence
+        return (
+            f"janitor {action.janitor} asks the destination about {action.reservation}: {evidence.describe()}",
+            f"janitor:{action.janitor}",
+            "destination",
+        )
+
+    def _do_settle(self, action: Settle):
+        evidence = self.evidence[action.janitor].pop(action.reservation)
+        actor = f"janitor:{action.janitor}"
+        try:
+            settlement = self.janitors[action.janitor].settle(action.reservation, evidence)
+        except IllegalMove:
+            self.reached["settle_on_stale_evidence_refused"] += 1
+            state = self.ledger.get(action.reservation).state.value
+            return (
+                f"janitor {action.janitor} acts on '{evidence.describe()}', but {action.reservation} "
+                f"is already {state}: the ledger refuses",
+                actor,
+                "ledger",
+            )
+        if settlement.decision is Decision.HOLD:
+            return f"janitor {action.janitor} holds {action.reservation} ({evidence.describe()})", actor, "ledger"
+        if settlement.released:
+            self._record_release(action.reservation)
+            return (
+                f"janitor {action.janitor} settles {action.reservation} as unused ({evidence.describe()}): "
+                "its unit returns and the job is queued for retry",
+                actor,
+                "ledger",
+            )
+        return (
+            f"janitor {action.janitor} settles {action.reservation} as "
+            f"{settlement.reservation.state.value} ({evidence.describe()})",
+            actor,
+            "ledger",
+        )
+
+    def _record_release(self, reservation_id: str) -> None:
+        reservation = self.ledger.get(reservation_id)
+        owner = self.attempt_of(reservation_id)
+        covering = sum(
+            1
+            for other in self.ledger.reservations()
+            if other.key == reservation.key and other.reservation_id != reservation_id and other.holds_unit
+        )
+        self.releases.append(
+            ReleaseRecord(
+                reservation_id,
+                reservation.key,
+                owner.handle,
+                len(self.trace),
+                max(0, self.effects_for(reservation.key) - covering),
+                self.can_still_write(owner),
+            )
+        )
+        self.retry_queue.append(reservation.key)
+
+    # -- the end of a run ---------------------------------------------------------------
+    def drain(self, max_rounds: int = 40) -> bool:
+        """Deliver everything, let live workers finish, run the janitor to a fixed point.
+
+        No faults happen here: messages arrive, workers do not crash, janitor 0 does
+        its whole job each round, retries are not bounded. Returns True if a fixed
+        point was reached within ``max_rounds``.
+        """
+        self.draining = True
+        for _ in range(max_rounds):
+            before = self.fingerprint()
+            self._drain_round()
+            if self.fingerprint() == before:
+                return True
+        return False
+
+    def _drain_round(self) -> None:
+        while self.network:
+            message = self.network[0]
+            self.apply(Deliver(message.kind.value, message.attempt))
+        for kind in ("confirm", "send_commit", "start"):
+            for action in self.enabled(kind):
+                self.apply(action)
+        unexpired = [r.deadline for r in self.ledger.reservations() if r.state is ReservationState.RESERVED]
+        if unexpired and max(unexpired) > self.now and not self.network:
+            self.apply_unbounded_tick(int(max(unexpired) - self.now))
+        for action in self.enabled("scan"):
+            if action.janitor == 0 and action in self.enabled("scan"):
+                self.apply(action)
+        for action in self.enabled("probe"):
+            if action.janitor == 0:
+                self.apply(action)
+        for action in self.enabled("settle"):
+            self.apply(action)
+        for action in self.enabled("reserve") + self.enabled("retry"):
+            if action in self.enabled(action.kind):
+                self.apply(action)
+
+    def apply_unbounded_tick(self, by: int) -> Step:
+        """A tick the drain may take past the horizon, to let every lease expire."""
+        sentence, actor, target = self._do_tick(Tick(by))
+        step = Step(Tick(by), sentence, self.now, actor, target, self.draining)
+        self.trace.append(step)
+        return step
+
+    def fingerprint(self) -> tuple:
+        """A hashable picture of everything that decides what can happen next."""
+        return (
+            self.now,
+            self.ledger.snapshot(),
+            _destination_snapshot(self.destination),
+            tuple(
+                (a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote)
+                for a in self.attempts.values()
+            ),
+            tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else "") for m in self.network)),
+            tuple(self.retry_queue),
+            tuple(tuple(sorted(e.items(), key=lambda kv: kv[0])) for e in self.evidence),
+        )
+
+
+def _destination_snapshot(destination: Destination) -> tuple:
+    snapshot = getattr(destination, "snapshot", None)
+    if callable(snapshot):
+        return snapshot()
+    return tuple((e.key, e.attempt_id, e.payload) for e in destination.effects())
+
+
+_ENABLED: dict[str, Callable[[World], list[Action]]] = {
+    kind: getattr(World, f"_enabled_{kind}") for kind in ACTION_KINDS
+}
