@@ -1,0 +1,40 @@
+"""fence: when is it safe to give capacity back, and to retry?
+
+The public surface. The private modules each own one concern:
+
+* ``_ledger``       reservations, their states and the one table of legal moves
+* ``_destination``  the ticket service and its guards (fence, fingerprint, witness)
+* ``_policies``     the janitor policies, behind one small protocol
+* ``_janitor``      the janitor's scan / probe / settle steps
+* ``_world``        the model world every engine drives (workers, network, clock)
+* ``_invariants``   the named invariants and the dangerous interleavings
+* ``_verdicts``     Hypothesis runs turned into a verdict matrix
+* ``_counterexample`` steps, Mermaid and JSON forms of a counterexample; replay
+* ``_cli``          the ``fence`` command
+"""
+
+from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
+from fence._errors import BadInput, CapacityExhausted, FenceError, IllegalMove, StaleAttempt, WitnessRequired
+from fence._janitor import Janitor
+from fence._ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
+from fence._policies import (
+    POLICIES,
+    Abandon,
+    Decision,
+    Evidence,
+    JanitorPolicy,
+    Naive,
+    Policy,
+    Reconcile,
+    Witness,
+    fenced,
+    with_shared_identity,
+)
+
+__all__ = [
+    "Abandon", "AttemptState", "BadInput", "CapacityExhausted", "CommitResult", "Decision",
+    "Destination", "Effect", "Evidence", "FenceError", "Guards", "IllegalMove", "Janitor",
+    "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "Policy", "Reconcile", "Reservation",
+    "ReservationState", "StaleAttempt", "TRANSITIONS", "TicketService", "Witness",
+    "WitnessRequired", "fenced", "with_shared_identity",
+]

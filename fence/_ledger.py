@@ -111,7 +111,7 @@ class Ledger:
     """N capacity units, and every reservation ever made against them."""
 
     def __init__(self, capacity: int) -> None:
-        if not isinstance(capacity, int) or capacity < 1:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")
         self.capacity = capacity
         self._reservations: dict[str, Reservation] = {}
@@ -149,7 +149,7 @@ class Ledger:
 
     # -- moving ----------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float, lease: float) -> Reservation:
-        if lease < 0:
+        if not lease >= 0:  # also refuses NaN, which would never expire
             raise ValueError(f"lease must be >= 0 seconds (or ticks), got {lease!r}")
         if self.free < 1:
             raise CapacityExhausted(

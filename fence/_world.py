@@ -608,7 +608,7 @@ class World:
         self.retry_queue.append(reservation.key)
 
     # -- the end of a run ---------------------------------------------------------------
-    def drain(self, max_rounds: int = 40) -> bool:
+    def drain(self, max_rounds: int = 12) -> bool:
         """Deliver everything, let live workers finish, run the janitor to a fixed point.
 
         No faults happen here: messages arrive, workers do not crash, janitor 0 does

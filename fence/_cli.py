@@ -1,0 +1,303 @@
+"""The ``fence`` command: verdicts for the built-in policies, or a check of yours.
+
+Exit status: 0 when the verdicts are what they should be (``verdicts``: equal to
+the committed expected file; ``check``: the policy holds every invariant), 1 when
+not, 2 for bad input -- always one line on stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+from fence import _counterexample
+from fence._errors import BadInput
+from fence._invariants import INVARIANTS
+from fence._policies import POLICIES, JanitorPolicy, policy_problem
+from fence._verdicts import (
+    EXPECTED_FILE,
+    DEFAULT_CONFIGS,
+    PolicyReport,
+    Verdict,
+    compare,
+    judge,
+    load_expected,
+    profile_settings,
+)
+from fence._world import ModelConfig
+
+PROFILES = {
+    # name: (max_examples per run, steps per example)
+    "quick": (40, 25),
+    "default": (100, 30),
+    "thorough": (1000, 50),
+}
+
+
+def _load_attribute(spec: str, what: str):
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise BadInput(f"{what} {spec!r}: write it as MODULE:ATTR, e.g. mypkg.policies:MyPolicy")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise BadInput(f"{what} {spec!r}: no file {path}")
+            module_spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path:
+                sys.path.insert(0, "")  # let a module in the current directory import
+            module = importlib.import_module(module_name)
+    except BadInput:
+        raise
+    except Exception as error:  # any import failure is the user's to fix, not a crash
+        raise BadInput(
+            f"{what} {spec!r}: importing {module_name} failed ({type(error).__name__}: {error}); "
+            "check the module name and that it is on PYTHONPATH or in the current directory"
+        ) from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise BadInput(f"{what} {spec!r}: module {module_name} has no attribute {attribute!r}") from None
+
+
+def load_policy(spec: str) -> JanitorPolicy:
+    if spec in POLICIES:
+        return POLICIES[spec]
+    if ":" not in spec:
+        raise BadInput(f"unknown policy {spec!r}: use one of {', '.join(POLICIES)} or MODULE:ATTR")
+    candidate = _load_attribute(spec, "policy")
+    if isinstance(candidate, type):
+        try:
+            candidate = candidate()
+        except Exception as error:
+            raise BadInput(f"policy {spec!r}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
+    problem = policy_problem(candidate)
+    if problem:
+        raise BadInput(f"policy {spec!r} is not a janitor policy: {problem}")
+    return candidate
+
+
+def load_destination(spec: str):
+    factory = _load_attribute(spec, "destination")
+    if not callable(factory):
+        raise BadInput(f"destination {spec!r} must be a class or function taking the policy's Guards")
+    return factory
+
+
+def _configs(args) -> tuple[ModelConfig, ...]:
+    if args.capacity is None and args.jobs is None and args.lease is None:
+        return DEFAULT_CONFIGS
+    capacity = args.capacity if args.capacity is not None else 1
+    config = ModelConfig(
+        capacity=capacity,
+        jobs=args.jobs if args.jobs is not None else capacity,
+        lease=args.lease if args.lease is not None else ModelConfig.lease,
+    )
+    problem = config.problem()
+    if problem:
+        raise BadInput(f"{problem}; fix --capacity/--jobs/--lease")
+    return (config,)
+
+
+def _judge_one(arguments):
+    policy, options = arguments
+    return judge(policy, **options)
+
+
+def _run(policies: list[JanitorPolicy], args, destination=None) -> list[PolicyReport]:
+    examples, steps = PROFILES[args.profile]
+    options = {
+        "configs": _configs(args),
+        "run_settings": profile_settings(examples, steps, derandomize=args.seed is None),
+        "seed": args.seed,
+        "destination_factory": destination,
+    }
+    progress = sys.stderr
+    if args.workers > 1 and len(policies) > 1 and destination is None:
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            reports = []
+            for index, report in enumerate(pool.map(_judge_one, [(p, options) for p in policies]), 1):
+                _progress_line(progress, index, len(policies), report)
+                reports.append(report)
+            return reports
+    reports = []
+    for index, policy in enumerate(policies, 1):
+        report = judge(policy, **options)
+        _progress_line(progress, index, len(policies), report)
+        reports.append(report)
+    return reports
+
+
+def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
+    violated = sum(1 for c in report.cells.values() if c.verdict is Verdict.VIOLATED)
+    stream.write(
+        f"[{index}/{total}] {report.policy.name}: {violated} of {len(INVARIANTS)} invariants "
+        f"violated ({report.runs} Hypothesis runs, {report.seconds:.1f}s)\n"
+    )
+    stream.flush()
+
+
+def table(reports: list[PolicyReport]) -> str:
+    width = max(len("policy"), *(len(r.policy.name) for r in reports))
+    header = "policy".ljust(width) + "  " + "  ".join(f"{inv.number}".ljust(12) for inv in INVARIANTS)
+    lines = [header]
+    for report in reports:
+        cells = []
+        for inv in INVARIANTS:
+            cell = report.cells[inv.name]
+            text = cell.verdict.value
+            if cell.counterexample:
+                text += f"({cell.counterexample.rule_steps})"
+            cells.append(text.ljust(12))
+        lines.append(report.policy.name.ljust(width) + "  " + "  ".join(cells).rstrip())
+    lines.append("")
+    lines.extend(f"  {inv.number} = {inv.name}: {inv.statement}" for inv in INVARIANTS)
+    lines.append("  violated(n): a counterexample shrunk to n chosen steps")
+    return "\n".join(lines)
+
+
+def _as_json(reports: list[PolicyReport], differences=None) -> dict:
+    return {
+        "policies": {
+            r.policy.name: {
+                "summary": r.policy.summary,
+                "verdicts": {name: cell.verdict.value for name, cell in r.cells.items()},
+                "details": {name: cell.detail for name, cell in r.cells.items() if cell.detail},
+                "counterexamples": {
+                    name: _counterexample.to_json(cell.counterexample)
+                    for name, cell in r.cells.items()
+                    if cell.counterexample
+                },
+                "dangers_reached": {
+                    config.describe(): dict(counter) for config, counter in r.reached.items()
+                },
+                "seconds": round(r.seconds, 3),
+            }
+            for r in reports
+        },
+        "differences_from_expected": [
+            {"policy": d.policy, "invariant": d.invariant,
+             "expected": d.expected.value if d.expected else None, "observed": d.observed.value}
+            for d in differences or []
+        ],
+    }
+
+
+def _report(reports: list[PolicyReport], args, differences) -> None:
+    written: list[Path] = []
+    out = Path(args.out)
+    for report in reports:
+        for cell in report.cells.values():
+            if cell.counterexample:
+                written.extend(_counterexample.write(cell.counterexample, out))
+    if args.json:
+        print(json.dumps(_as_json(reports, differences), indent=2))
+        return
+    print(table(reports))
+    for report in reports:
+        for name, cell in report.cells.items():
+            if cell.counterexample:
+                print()
+                print(_counterexample.steps_text(cell.counterexample))
+            elif cell.detail:
+                print(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
+    if written:
+        print(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
+
+
+def cmd_verdicts(args) -> int:
+    expected_path = Path(args.expected) if args.expected else EXPECTED_FILE
+    expected = load_expected(expected_path)
+    names = args.policy or list(POLICIES)
+    policies = [load_policy(name) for name in names]
+    reports = _run(policies, args)
+    differences = compare(reports, expected)
+    _report(reports, args, differences)
+    if differences:
+        for d in differences:
+            want = d.expected.value if d.expected else "no expectation"
+            print(f"DIFFERS: {d.policy} / {d.invariant}: expected {want}, observed {d.observed.value}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    policy = load_policy(args.policy)
+    destination = load_destination(args.destination) if args.destination else None
+    reports = _run([policy], args, destination)
+    _report(reports, args, [])
+    cells = reports[0].cells.values()
+    if any(c.verdict is Verdict.ERROR for c in cells):
+        return 1
+    return 0 if all(c.verdict is Verdict.HOLDS for c in cells) else 1
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a lease cannot be negative, got {value}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, as for every bad input
+        self.exit(2, f"fence: {message} (see fence {self.prog.split()[-1]} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="fence", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(p):
+        p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+        p.add_argument("--out", default="evidence/counterexamples", help="where counterexamples go")
+        p.add_argument("--profile", choices=PROFILES, default="default", help="search effort")
+        p.add_argument("--seed", type=int, help="a random seed instead of the derandomised default")
+        p.add_argument("--workers", type=_positive, default=2, help="processes to judge policies in")
+        p.add_argument("--capacity", type=_positive, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
+        p.add_argument("--jobs", type=_positive, help="jobs (at most --capacity)")
+        p.add_argument("--lease", type=_non_negative, help="lease in ticks (at least 1)")
+
+    verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
+    common(verdicts)
+    verdicts.add_argument("--policy", action="append", help="only this policy (repeatable)")
+    verdicts.add_argument("--expected", help="expected-verdicts file (default: the committed one)")
+    verdicts.set_defaults(handler=cmd_verdicts)
+
+    check = sub.add_parser("check", help="run the machines on your policy: MODULE:ATTR")
+    common(check)
+    check.add_argument("policy", help="MODULE:ATTR (or a built-in name)")
+    check.add_argument("--destination", help="MODULE:ATTR of your destination factory")
+    check.set_defaults(handler=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except BadInput as error:
+        print(f"fence: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Counterexamples as a reader and a machine want them: steps, a diagram, JSON.
+
+The JSON form holds the policy name, the model configuration, the invariant and
+the list of actions; ``replay`` feeds those actions through a fresh ``World`` and
+checks that the same invariant breaks, so a saved counterexample is a
+regression test and (in the real-clock harness) a script.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from fence._errors import BadInput
+from fence._invariants import BY_NAME
+from fence._policies import POLICIES, JanitorPolicy
+from fence._verdicts import Counterexample
+from fence._world import Action, InapplicableAction, ModelConfig, World
+
+FORMAT = "fence-counterexample/1"
+
+
+def steps_text(example: Counterexample) -> str:
+    inv = BY_NAME[example.invariant]
+    lines = [
+        f"policy {example.policy} breaks invariant {inv.label}: {inv.statement}",
+        f"model: {example.config.describe()}",
+        f"shrunk to {example.rule_steps} chosen step(s):",
+    ]
+    drain_started = False
+    for number, step in enumerate(example.steps, 1):
+        if step.drain and not drain_started:
+            lines.append("then the network drains and the janitor runs to a fixed point:")
+            drain_started = True
+        lines.append(f"  {number:2}. t={step.now}: {step.sentence}")
+    lines.append(f"=> {example.message}")
+    return "\n".join(lines)
+
+
+def _participant(name: str) -> str:
+    return name.replace(":", "_").replace("#", "_").replace("/", "_")
+
+
+def mermaid(example: Counterexample) -> str:
+    """A sequence diagram of workers, janitors, network, ledger and destination."""
+    lines = ["sequenceDiagram"]
+    seen: list[str] = []
+    for step in example.steps:
+        for who in (step.actor, step.target):
+            if who not in seen:
+                seen.append(who)
+    for who in seen:
+        lines.append(f"    participant {_participant(who)} as {who}")
+    for step in example.steps:
+        text = step.sentence.replace(";", ",").replace("#", "")
+        prefix = "[drain] " if step.drain else ""
+        if step.actor == step.target:
+            lines.append(f"    Note over {_participant(step.actor)}: t={step.now} {prefix}{text}")
+        else:
+            lines.append(f"    {_participant(step.actor)}->>{_participant(step.target)}: t={step.now} {prefix}{text}")
+    lines.append(f"    Note over {_participant(seen[0])}: VIOLATED {example.invariant}")
+    return "\n".join(lines)
+
+
+def to_json(example: Counterexample) -> dict:
+    return {
+        "format": FORMAT,
+        "policy": example.policy,
+        "config": asdict(example.config),
+        "invariant": example.invariant,
+        "message": example.message,
+        "rule_steps": example.rule_steps,
+        "steps": [
+            {**step.action.to_dict(), "drain": step.drain, "sentence": step.sentence}
+            for step in example.steps
+        ],
+    }
+
+
+def write(example: Counterexample, directory: Path) -> list[Path]:
+    """Write the three forms side by side; returns the paths written."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{example.policy}__{example.invariant}"
+    paths = {
+        directory / f"{stem}.txt": steps_text(example) + "\n",
+        directory / f"{stem}.mmd": mermaid(example) + "\n",
+        directory / f"{stem}.json": json.dumps(to_json(example), indent=2) + "\n",
+    }
+    for path, text in paths.items():
+        temporary = path.with_suffix(path.suffix + ".tmp")
+        temporary.write_text(text)
+        temporary.replace(path)  # never leave a half-written file behind
+    return list(paths)
+
+
+def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[JanitorPolicy, ModelConfig, str, list[Action], list[bool]]:
+    """Read a counterexample file; BadInput with one clear line if it is not one."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file; pass a .json written by 'fence verdicts'") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadInput(f"{path}: not a fence counterexample (not readable JSON: {error})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise BadInput(f"{path}: not a fence counterexample (expected \"format\": \"{FORMAT}\")")
+    try:
+        policy = policies[data["policy"]]
+        config = ModelConfig(**data["config"])
+        invariant = data["invariant"]
+        if invariant not in BY_NAME:
+            raise KeyError(invariant)
+        actions = []
+        drains = []
+        for raw in data["steps"]:
+            raw = dict(raw)
+            drains.append(bool(raw.pop("drain", False)))
+            raw.pop("sentence", None)
+            actions.append(Action.from_dict(raw))
+    except (KeyError, TypeError, ValueError) as error:
+        raise BadInput(f"{path}: corrupt fence counterexample ({type(error).__name__}: {error})") from None
+    return policy, config, invariant, actions, drains
+
+
+def replay(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[World, str | None]:
+    """Play a saved counterexample through a fresh World; returns it and the violation."""
+    policy, config, invariant, actions, drains = load(path, policies)
+    world = World(policy, config)
+    inv = BY_NAME[invariant]
+    chosen = [action for action, drain in zip(actions, drains) if not drain]
+    try:
+        for action in chosen:
+            world.apply(action)
+            if not inv.at_teardown and inv.check(world):
+                return world, inv.check(world)
+    except InapplicableAction as error:
+        raise BadInput(f"{path}: the steps do not replay under the current model ({error})") from None
+    if inv.at_teardown:
+        world.drain()
+    return world, inv.check(world)
