@@ -288,6 +288,7 @@ class World:
         self.stale_changes: list[str] = []
         self.reached: Counter[str] = Counter()
         self.draining = False
+        self._enabled_cache: dict[str, list[Action]] | None = None
 
     # -- reading -----------------------------------------------------------------
     def attempt_of(self, reservation_id: str) -> Attempt:
@@ -312,7 +313,11 @@ class World:
 
     # -- enabled actions -----------------------------------------------------------
     def enabled(self, kind: str) -> list[Action]:
-        return _ENABLED[kind](self)
+        # The machines ask every rule's precondition at every step: compute the
+        # enabled actions once per state (apply() clears the cache).
+        if self._enabled_cache is None:
+            self._enabled_cache = {k: _ENABLED[k](self) for k in ACTION_KINDS}
+        return self._enabled_cache[kind]
 
     def enabled_actions(self) -> list[Action]:
         return [action for kind in ACTION_KINDS for action in self.enabled(kind)]
@@ -337,7 +342,12 @@ class World:
         return [SendCommit(a.handle) for a in self._attempts_in(Phase.WORKING)]
 
     def _enabled_deliver(self) -> list[Action]:
-        return [Deliver(m.kind.value, m.attempt) for m in self.network]
+        # Commits first, registrations last: the Hypothesis rules pick by index, so
+        # this order keeps "deliver the commit" at index 0 whatever else is queued,
+        # which lets the shrinker delete unrelated deliveries without side effects.
+        order = {MessageKind.COMMIT: 0, MessageKind.ACK: 1, MessageKind.REGISTER: 2}
+        ranked = sorted(self.network, key=lambda m: order[m.kind])
+        return [Deliver(m.kind.value, m.attempt) for m in ranked]
 
     def _enabled_lose_ack(self) -> list[Action]:
         return [LoseAck(m.attempt) for m in self.network if m.kind is MessageKind.ACK]
@@ -350,7 +360,8 @@ class World:
 
     def _enabled_tick(self) -> list[Action]:
         room = self.config.horizon - self.now
-        return [Tick(by) for by in range(1, min(self.config.lease, room) + 1)]
+        # Longest tick first, so a shrunk counterexample jumps straight to expiry.
+        return [Tick(by) for by in range(min(self.config.lease, room), 0, -1)]
 
     def _enabled_scan(self) -> list[Action]:
         return [
@@ -375,6 +386,7 @@ class World:
     def apply(self, action: Action) -> Step:
         if action not in self.enabled(action.kind):
             raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
+        self._enabled_cache = None
         sentence, actor, target = getattr(self, f"_do_{action.kind}")(action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
@@ -647,6 +659,7 @@ class World:
 
     def apply_unbounded_tick(self, by: int) -> Step:
         """A tick the drain may take past the horizon, to let every lease expire."""
+        self._enabled_cache = None
         sentence, actor, target = self._do_tick(Tick(by))
         step = Step(Tick(by), sentence, self.now, actor, target, self.draining)
         self.trace.append(step)

@@ -1,0 +1,78 @@
+"""The fence command: bad input gets one line and exit 2; check works on outside files."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+FENCE = [sys.executable, "-m", "fence._cli"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*FENCE, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["check", "no-such-policy"], "unknown policy"),
+        (["check", "no_such_module_xyz:Policy"], "importing no_such_module_xyz failed"),
+        (["check", "fence._policies:NotThere"], "has no attribute"),
+        (["check", "fence._ledger:Ledger"], "failed"),
+        (["check", "json:dumps"], "is not a janitor policy"),
+        (["verdicts", "--capacity", "0"], "must be at least 1"),
+        (["verdicts", "--lease", "-1"], "cannot be negative"),
+        (["verdicts", "--capacity", "1", "--jobs", "2"], "must not exceed capacity"),
+        (["verdicts", "--policy", "bogus"], "unknown policy"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
+    """Each bad input names the problem on one line, exits 2 and prints no traceback."""
+    result = run(*args, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_corrupt_expected_file_is_one_line_and_exit_2(tmp_path):
+    """A damaged expected-verdicts file is refused before any machine runs."""
+    bad = tmp_path / "expected.txt"
+    bad.write_text("policy 1 2 3 4 5 6\nnaive maybe\n")
+    result = run("verdicts", "--expected", str(bad), cwd=tmp_path)
+    assert result.returncode == 2 and "expected 6 verdicts" in result.stderr
+
+
+def test_check_runs_a_policy_from_a_file_outside_the_repo(tmp_path):
+    """A user's policy in a new module outside the repo is judged and its row printed."""
+    (tmp_path / "my_policy.py").write_text(textwrap.dedent('''
+        from dataclasses import dataclass
+        from fence import Decision, Evidence, Policy
+
+        @dataclass(frozen=True)
+        class TrustTheClock(Policy):
+            """Free the unit as soon as the lease expires, like naive, but by the protocol."""
+            name: str = "trust-the-clock"
+            def decide(self, evidence: Evidence) -> Decision:
+                return Decision.UNUSED
+    '''))
+    result = run(
+        "check", "my_policy:TrustTheClock", "--capacity", "1", "--profile", "quick",
+        "--out", str(tmp_path / "cx"), cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "trust-the-clock" in result.stdout and "violated" in result.stdout
+    assert list((tmp_path / "cx").glob("trust-the-clock__*.json")), "no counterexample written"
+
+
+def test_replaying_a_corrupt_counterexample_is_refused(tmp_path):
+    """A file that is not a fence counterexample gives BadInput, not a crash."""
+    from fence import BadInput
+    from fence._counterexample import load
+
+    path = tmp_path / "broken.json"
+    path.write_text('{"format": "fence-counterexample/1", "policy": "naive"}')
+    with pytest.raises(BadInput, match="corrupt"):
+        load(path)
