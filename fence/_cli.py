@@ -35,7 +35,7 @@ from fence._world import ModelConfig
 PROFILES = {
     # name: (max_examples per run, steps per example)
     "quick": (40, 25),
-    "default": (100, 30),
+    "default": (400, 30),
     "thorough": (1000, 50),
 }
 

@@ -28,7 +28,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from fence._destination import Destination, Guards
 from fence._errors import BadInput
-from fence._invariants import BY_NAME, INVARIANTS, Invariant, required_dangers
+from fence._invariants import INVARIANTS, Invariant, required_dangers
 from fence._policies import JanitorPolicy
 from fence._world import ModelConfig, Step
 from stateful.machines import InvariantViolation, machine_for
@@ -193,9 +193,6 @@ def judge_all(
 
 
 # -- the expected-verdicts file -------------------------------------------------------
-SYMBOLS = {Verdict.VIOLATED: "violated", Verdict.HOLDS: "holds"}
-
-
 def parse_expected(text: str, source: str = "expected verdicts") -> dict[str, dict[str, Verdict]]:
     """Read the committed matrix: a header of invariant numbers, then one row per policy."""
     rows: dict[str, dict[str, Verdict]] = {}
@@ -252,6 +249,3 @@ def compare(reports: list[PolicyReport], expected: dict[str, dict[str, Verdict]]
                 differences.append(Difference(report.policy.name, name, want, cell.verdict))
     return differences
 
-
-def invariant_for(name: str) -> Invariant:
-    return BY_NAME[name]
