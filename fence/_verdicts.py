@@ -228,7 +228,11 @@ def parse_expected(text: str, source: str = "expected verdicts") -> dict[str, di
 
 
 def load_expected(path: Path = EXPECTED_FILE) -> dict[str, dict[str, Verdict]]:
-    return parse_expected(path.read_text(), str(path))
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise BadInput(f"{path}: cannot read the expected verdicts ({error}); pass --expected FILE") from None
+    return parse_expected(text, str(path))
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,13 @@ def test_corrupt_expected_file_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2 and "expected 6 verdicts" in result.stderr
 
 
+def test_missing_expected_file_is_one_line_and_exit_2(tmp_path):
+    """Pointing --expected at a file that does not exist is refused without a traceback."""
+    result = run("verdicts", "--expected", str(tmp_path / "nope.txt"), cwd=tmp_path)
+    assert result.returncode == 2 and "cannot read the expected verdicts" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_check_runs_a_policy_from_a_file_outside_the_repo(tmp_path):
     """A user's policy in a new module outside the repo is judged and its row printed."""
     (tmp_path / "my_policy.py").write_text(textwrap.dedent('''
