@@ -26,7 +26,7 @@ def steps_text(example: Counterexample) -> str:
     lines = [
         f"policy {example.policy} breaks invariant {inv.label}: {inv.statement}",
         f"model: {example.config.describe()}",
-        f"shrunk to {example.rule_steps} chosen step(s):",
+        f"{_provenance(example)}:",
     ]
     drain_started = False
     for number, step in enumerate(example.steps, 1):
@@ -36,6 +36,17 @@ def steps_text(example: Counterexample) -> str:
         lines.append(f"  {number:2}. t={step.now}: {step.sentence}")
     lines.append(f"=> {example.message}")
     return "\n".join(lines)
+
+
+def _provenance(example: Counterexample) -> str:
+    """Where the steps came from: how long the found run was, how short it became."""
+    text = f"{example.rule_steps} chosen step(s)"
+    if example.found_steps is not None:
+        text += f" (Hypothesis found a run of {example.found_steps}"
+        if example.hypothesis_steps is not None:
+            text += f", its shrinker cut one to {example.hypothesis_steps}"
+        text += "; fence minimised it on the same model)"
+    return text
 
 
 def _participant(name: str) -> str:
@@ -71,6 +82,8 @@ def to_json(example: Counterexample) -> dict:
         "invariant": example.invariant,
         "message": example.message,
         "rule_steps": example.rule_steps,
+        "found_steps": example.found_steps,
+        "hypothesis_steps": example.hypothesis_steps,
         "steps": [
             {**step.action.to_dict(), "drain": step.drain, "sentence": step.sentence}
             for step in example.steps

@@ -1,15 +1,18 @@
 """Run the Hypothesis machines over policies and turn their results into verdicts.
 
-For one policy, ``judge`` runs the machine with every invariant checked. When an
-invariant breaks, Hypothesis shrinks the run and fence records the shrunk trace
-as that cell's counterexample; then it runs again without that invariant, until
-a run finds nothing more. Each run is one Hypothesis test, so every violated cell
-gets its own shrink, and the last, clean run is the evidence for the rest: a
-cell is ``holds`` only if that run also reached every dangerous interleaving the
-policy must face (``DANGERS``); otherwise it is ``undetermined``.
+For one policy and one model configuration, ``judge`` makes one surveying
+Hypothesis run: every invariant is checked after every step, and each one that
+breaks is recorded with the shortest trace seen for it while the run goes on.
+Each recorded trace is then minimised on the same world (``fence._minimise``),
+so one run decides every cell and no cell waits for another's shrink. With
+``hypothesis_shrink`` (the thorough profile), each violated cell also gets a
+raising run of its own that Hypothesis shrinks, and the shorter of the two
+minimised traces is kept; both lengths are reported.
 
-A policy is judged on several configurations (one unit and one job; two units
-and two jobs); a cell is violated if any of them violates it.
+A cell that no run broke is ``holds`` only if the runs also reached every
+dangerous interleaving the policy must face (``DANGERS``); otherwise it is
+``undetermined``. A policy is judged on several configurations (one unit and
+one job; two units and two jobs); a cell is violated if any of them violates it.
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 import hypothesis
-from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import get_state_machine_test
 
 from fence._destination import Destination, Guards
 from fence._errors import BadInput
 from fence._invariants import INVARIANTS, Invariant, required_dangers
+from fence._minimise import minimise
 from fence._policies import JanitorPolicy
 from fence._world import ModelConfig, Step
-from stateful.machines import InvariantViolation, machine_for
+from stateful.machines import InvariantViolation, Survey, machine_for
 
 EXPECTED_FILE = Path(__file__).with_name("expected_verdicts.txt")
 
@@ -55,6 +59,10 @@ class Counterexample:
     invariant: str
     message: str
     steps: tuple[Step, ...]
+    found_steps: int | None = None
+    """Chosen steps of the run Hypothesis found, before minimising."""
+    hypothesis_steps: int | None = None
+    """Chosen steps after Hypothesis' own shrink, when that was asked for."""
 
     @property
     def rule_steps(self) -> int:
@@ -75,14 +83,24 @@ class PolicyReport:
     cells: dict[str, Cell] = field(default_factory=dict)
     reached: dict[ModelConfig, Counter] = field(default_factory=dict)
     runs: int = 0
+    examples: int = 0
+    first_found_at_example: dict[str, int] = field(default_factory=dict)
+    """Per violated invariant: how many examples the first config that broke it took."""
     seconds: float = 0.0
 
     def row(self) -> dict[str, Verdict]:
         return {name: cell.verdict for name, cell in self.cells.items()}
 
 
-def profile_settings(max_examples: int = 300, step_count: int = 40, derandomize: bool = True) -> settings:
-    """Settings for a verdict run: quiet (fence prints its own story), no deadline."""
+def profile_settings(
+    max_examples: int = 300, step_count: int = 40, derandomize: bool = True, shrink: bool = False
+) -> settings:
+    """Settings for a verdict run: quiet (fence prints its own story), no deadline.
+
+    A surveying run never fails, so Hypothesis never shrinks it; ``shrink`` only
+    matters to the raising runs made for ``hypothesis_shrink``.
+    """
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     return settings(
         max_examples=max_examples,
         stateful_step_count=step_count,
@@ -92,6 +110,7 @@ def profile_settings(max_examples: int = 300, step_count: int = 40, derandomize:
         verbosity=Verbosity.quiet,
         suppress_health_check=list(HealthCheck),
         report_multiple_bugs=False,
+        phases=phases,
     )
 
 
@@ -102,8 +121,10 @@ def _run_once(
     run_settings: settings,
     seed: int | None,
     destination_factory: Callable[[Guards], Destination] | None,
+    survey: Survey | None = None,
 ):
-    machine = machine_for(policy, config, checked, destination_factory)
+    """One Hypothesis run; raising mode returns (machine, violation or None)."""
+    machine = machine_for(policy, config, checked, destination_factory, survey)
     test = get_state_machine_test(machine, settings=run_settings)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -114,61 +135,133 @@ def _run_once(
     return machine, None
 
 
+def _chosen_actions(trace) -> list:
+    return [step.action for step in trace if not step.drain]
+
+
+@dataclass
+class ConfigResult:
+    """One surveying run: one policy on one model configuration."""
+
+    config: ModelConfig
+    counterexamples: dict[str, Counterexample] = field(default_factory=dict)
+    first_found_at_example: dict[str, int] = field(default_factory=dict)
+    reached: Counter = field(default_factory=Counter)
+    runs: int = 0
+    examples: int = 0
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def survey_config(
+    policy: JanitorPolicy,
+    config: ModelConfig,
+    *,
+    run_settings: settings | None = None,
+    seed: int | None = None,
+    destination_factory: Callable[[Guards], Destination] | None = None,
+    hypothesis_shrink: bool = False,
+) -> ConfigResult:
+    """One Hypothesis run of every invariant on one configuration, each violation minimised."""
+    problem = config.problem()
+    if problem:
+        raise BadInput(f"model configuration: {problem}")
+    run_settings = run_settings or profile_settings()
+    result = ConfigResult(config)
+    started = time.perf_counter()
+    survey = Survey()
+    try:
+        machine, _ = _run_once(policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey)
+        result.runs += 1
+        result.examples = survey.examples
+        result.reached = Counter(machine.reached)
+        for name, violation in survey.violations.items():
+            result.counterexamples[name] = _counterexample_for(
+                policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result
+            )
+            result.first_found_at_example[name] = survey.first_found_at_example[name]
+    except Exception as crash:  # a user's policy or destination raised
+        result.error = f"{type(crash).__name__}: {crash}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def combine(policy: JanitorPolicy, results: Iterable[ConfigResult]) -> PolicyReport:
+    """The policy's row: violated if any configuration broke it, else holds or undetermined."""
+    report = PolicyReport(policy)
+    results = list(results)
+    for result in results:
+        report.runs += result.runs
+        report.examples += result.examples
+        report.seconds += result.seconds
+        report.reached[result.config] = result.reached
+        if result.error:
+            report.cells = {inv.name: Cell(Verdict.ERROR, detail=result.error) for inv in INVARIANTS}
+            return report
+        for name, example in result.counterexamples.items():
+            known = report.cells.get(name)
+            if known is None or example.rule_steps < known.counterexample.rule_steps:
+                report.cells[name] = Cell(Verdict.VIOLATED, example, example.message)
+            report.first_found_at_example.setdefault(name, result.first_found_at_example[name])
+    missing = [
+        danger.name
+        for danger in required_dangers(policy)
+        if any(reached[danger.name] == 0 for reached in report.reached.values())
+    ]
+    for inv in INVARIANTS:
+        if inv.name in report.cells:
+            continue
+        if missing:
+            report.cells[inv.name] = Cell(Verdict.UNDETERMINED, detail="never reached: " + ", ".join(missing))
+        else:
+            report.cells[inv.name] = Cell(Verdict.HOLDS)
+    report.cells = {inv.name: report.cells[inv.name] for inv in INVARIANTS}
+    return report
+
+
 def judge(
     policy: JanitorPolicy,
     *,
     configs: Iterable[ModelConfig] = DEFAULT_CONFIGS,
-    run_settings: settings | None = None,
-    seed: int | None = None,
-    destination_factory: Callable[[Guards], Destination] | None = None,
+    **options,
 ) -> PolicyReport:
-    run_settings = run_settings or profile_settings()
-    report = PolicyReport(policy)
-    started = time.perf_counter()
-    remaining = list(INVARIANTS)
-    for config in configs:
-        problem = config.problem()
-        if problem:
-            raise BadInput(f"model configuration: {problem}")
-        while remaining:
+    """Every configuration of one policy, one after the other, in this process."""
+    return combine(policy, [survey_config(policy, config, **options) for config in configs])
+
+
+def _counterexample_for(
+    policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result
+) -> Counterexample:
+    """Minimise a surveyed violation (and, if asked, Hypothesis' own shrink of it)."""
+    inv = violation.invariant
+    found = _chosen_actions(violation.trace)
+    try:
+        best = minimise(policy, config, found, inv, destination_factory)
+        message, steps = best.message, tuple(best.world.trace)
+    except ValueError:  # the run does not replay (a destination with a mind of its own)
+        best, message, steps = None, violation.message, tuple(violation.trace)
+    hypothesis_steps = None
+    if hypothesis_shrink:
+        shrinking = settings(run_settings, phases=list(run_settings.phases) + [Phase.shrink])
+        _machine, shrunk = _run_once(policy, config, [inv], shrinking, seed, destination_factory)
+        result.runs += 1
+        if shrunk is not None:
+            hypothesis_steps = shrunk.rule_steps
             try:
-                machine, violation = _run_once(
-                    policy, config, remaining, run_settings, seed, destination_factory
-                )
-            except Exception as crash:  # a user's policy or destination raised
-                for inv in remaining:
-                    report.cells[inv.name] = Cell(
-                        Verdict.ERROR, detail=f"{type(crash).__name__}: {crash}"
-                    )
-                report.seconds = time.perf_counter() - started
-                return report
-            report.runs += 1
-            if violation is None:
-                report.reached[config] = Counter(machine.reached)
-                break
-            report.cells[violation.invariant.name] = Cell(
-                Verdict.VIOLATED,
-                Counterexample(
-                    policy.name, config, violation.invariant.name, violation.message, tuple(violation.trace)
-                ),
-                violation.message,
-            )
-            remaining = [inv for inv in remaining if inv is not violation.invariant]
-    for inv in remaining:
-        missing = [
-            danger.name
-            for danger in required_dangers(policy)
-            if any(reached[danger.name] == 0 for reached in report.reached.values())
-        ]
-        if missing:
-            report.cells[inv.name] = Cell(
-                Verdict.UNDETERMINED, detail="never reached: " + ", ".join(missing)
-            )
-        else:
-            report.cells[inv.name] = Cell(Verdict.HOLDS)
-    report.cells = {inv.name: report.cells[inv.name] for inv in INVARIANTS}
-    report.seconds = time.perf_counter() - started
-    return report
+                other = minimise(policy, config, _chosen_actions(shrunk.trace), inv, destination_factory)
+            except ValueError:
+                other = None
+            if other is not None and (best is None or len(other.actions) < len(best.actions)):
+                best, message, steps = other, other.message, tuple(other.world.trace)
+    return Counterexample(
+        policy.name,
+        config,
+        inv.name,
+        message,
+        steps,
+        found_steps=len(found),
+        hypothesis_steps=hypothesis_steps,
+    )
 
 
 def judge_all(
@@ -186,7 +279,7 @@ def judge_all(
         report = judge(policy, **options)
         if progress:
             violated = sum(1 for c in report.cells.values() if c.verdict is Verdict.VIOLATED)
-            progress.write(f" {violated} violated, {report.runs} runs, {report.seconds:.1f}s\n")
+            progress.write(f" {violated} violated, {report.examples} examples, {report.seconds:.1f}s\n")
             progress.flush()
         reports.append(report)
     return reports
