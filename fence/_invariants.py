@@ -1,8 +1,8 @@
 """The named invariants the models judge every policy on, and the "sometimes" checks.
 
 Each invariant is a pure function of a ``World`` that returns ``None`` when it
-holds and a sentence saying what broke when it does not. Invariants 1-5 are
-checked after every step; 6 only at the end of a run, after ``World.drain``.
+holds and a sentence saying what broke when it does not. Invariants 1-5 and 7
+are checked after every step; 6 only at the end of a run, after ``World.drain``.
 
 A safe verdict is only as good as the interleavings the run visited, so each
 "always" is paired with ``DANGERS``: counts of the dangerous situations a run
@@ -85,6 +85,10 @@ def _stale_attempt_cannot_change_newer(world: World) -> str | None:
     return world.stale_changes[0] if world.stale_changes else None
 
 
+def _no_silent_replay(world: World) -> str | None:
+    return world.silent_replays[0] if world.silent_replays else None
+
+
 def _everything_settles(world: World) -> str | None:
     stuck = [r.reservation_id for r in world.ledger.reservations() if r.state is ReservationState.OUTCOME_UNKNOWN]
     if stuck:
@@ -134,6 +138,12 @@ INVARIANTS: tuple[Invariant, ...] = (
         _everything_settles,
         at_teardown=True,
     ),
+    Invariant(
+        7,
+        "no_silent_replay",
+        "a worker is never told 'already exists' for a ticket that was written with another payload",
+        _no_silent_replay,
+    ),
 )
 BY_NAME: dict[str, Invariant] = {inv.name: inv for inv in INVARIANTS}
 
@@ -154,6 +164,7 @@ DANGERS: tuple[Danger, ...] = (
         applies=lambda policy: policy.hold_on_expiry,
     ),
     Danger("retry_after_release", "a job was retried after its unit was given back"),
+    Danger("revised_retry", "a job was retried with a revised payload"),
 )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Callable, ClassVar
 
 from fence._destination import (
@@ -144,8 +144,10 @@ class Action:
             raise ValueError(f"not a fence action: {data!r}")
         cls = Action.REGISTRY[data["action"]]
         names = {f.name for f in fields(cls)}
+        # Fields added later have defaults, so files written before them still load.
+        required = {f.name for f in fields(cls) if f.default is MISSING}
         arguments = {k: v for k, v in data.items() if k != "action"}
-        if set(arguments) != names:
+        if not required <= set(arguments) <= names:
             raise ValueError(f"action {data['action']!r} takes {sorted(names)}, got {sorted(arguments)}")
         return cls(**arguments)
 
@@ -160,6 +162,8 @@ class Reserve(Action):
 class Retry(Action):
     kind: ClassVar[str] = "retry"
     job: str
+    revised: bool = False
+    """The retry carries a new payload (an agent that rewrote the ticket, say)."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,7 @@ class World:
         self.releases: list[ReleaseRecord] = []
         self.late_effects: list[str] = []
         self.stale_changes: list[str] = []
+        self.silent_replays: list[str] = []
         self.reached: Counter[str] = Counter()
         self.draining = False
         self._enabled_cache: dict[str, list[Action]] | None = None
@@ -299,6 +304,13 @@ class World:
 
     def effects_for(self, key: str) -> int:
         return sum(1 for effect in self.destination.effects() if effect.key == key)
+
+    def recorded_payload(self, key: str) -> str | None:
+        """The payload of the first effect for ``key``: what a reader of the ticket sees."""
+        for effect in self.destination.effects():
+            if effect.key == key:
+                return effect.payload
+        return None
 
     def can_still_write(self, attempt: Attempt) -> bool:
         """Could this attempt still make an effect land (or try to)?"""
@@ -330,7 +342,12 @@ class World:
         return [Reserve(j) for j in self.jobs if self.attempts_used[j] == 0 and self._can_reserve(j)]
 
     def _enabled_retry(self) -> list[Action]:
-        return [Retry(j) for j in dict.fromkeys(self.retry_queue) if self._can_reserve(j)]
+        return [
+            Retry(j, revised)
+            for j in dict.fromkeys(self.retry_queue)
+            if self._can_reserve(j)
+            for revised in (False, True)
+        ]
 
     def _attempts_in(self, *phases: Phase) -> list[Attempt]:
         return [a for a in self.attempts.values() if a.phase in phases]
@@ -392,13 +409,14 @@ class World:
         self.trace.append(step)
         return step
 
-    def _new_attempt(self, job: str) -> Attempt:
+    def _new_attempt(self, job: str, revised: bool = False) -> Attempt:
         number = self.attempts_used[job] + 1
         handle = f"{job}#{number}"
         identity = job if self.policy.shared_identity else handle
         reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
         self.attempts_used[job] = number
-        attempt = Attempt(handle, identity, job, reservation.reservation_id, f"ticket for {job}")
+        payload = f"ticket for {job}" + (f" (revision {number})" if revised else "")
+        attempt = Attempt(handle, identity, job, reservation.reservation_id, payload)
         self.attempts[handle] = attempt
         self.owner_of_reservation[reservation.reservation_id] = handle
         return attempt
@@ -415,11 +433,14 @@ class World:
 
     def _do_retry(self, action: Retry):
         self.retry_queue.remove(action.job)
-        attempt = self._new_attempt(action.job)
+        attempt = self._new_attempt(action.job, action.revised)
         self.reached["retry_after_release"] += 1
+        if action.revised:
+            self.reached["revised_retry"] += 1
         deadline = self.ledger.get(attempt.reservation_id).deadline
+        revised = f" with a revised payload '{attempt.payload}'" if action.revised else ""
         return (
-            f"{action.job} is retried: a worker reserves a unit as attempt {attempt.handle} "
+            f"{action.job} is retried{revised}: a worker reserves a unit as attempt {attempt.handle} "
             f"(lease until t={deadline})",
             f"worker:{attempt.handle}",
             "ledger",
@@ -495,6 +516,13 @@ class World:
             what = "the ticket is written" + (f" (copy {copies} for {attempt.key})" if copies > 1 else "")
         else:
             what = f"refused: {result.value}"
+            if result is CommitResult.ALREADY_EXISTS:
+                recorded = self.recorded_payload(attempt.key)
+                if recorded is not None and recorded != attempt.payload:
+                    self.silent_replays.append(
+                        f"{attempt.handle} was told its ticket exists, but {attempt.key}'s ticket "
+                        f"says '{recorded}', not '{attempt.payload}'"
+                    )
         return f"the destination receives {attempt.handle}'s commit: {what}", "network", "destination"
 
     def _do_lose_ack(self, action: LoseAck):
@@ -628,6 +656,9 @@ class World:
         point was reached within ``max_rounds``.
         """
         self.draining = True
+        # What is enabled changes with draining (retries are no longer bounded):
+        # an enabled list cached before the drain would hide them.
+        self._enabled_cache = None
         for _ in range(max_rounds):
             before = self.fingerprint()
             self._drain_round()
@@ -672,7 +703,7 @@ class World:
             self.ledger.snapshot(),
             _destination_snapshot(self.destination),
             tuple(
-                (a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote)
+                (a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote, a.payload)
                 for a in self.attempts.values()
             ),
             tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else "") for m in self.network)),

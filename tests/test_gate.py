@@ -133,3 +133,19 @@ def test_the_machines_reproduce_the_expected_row(name):
         elif cell.detail:
             stories.append(f"{name}/{invariant}: {cell.verdict.value}: {cell.detail}")
     assert not differences, "\n".join(map(str, differences)) + "\n\n" + "\n\n".join(stories)
+
+
+def test_the_drain_retries_a_job_whose_attempts_ran_out_even_with_a_warm_cache():
+    """Regression: drain() used an enabled-actions list cached before draining, so a job
+    that had used all its attempts was never retried and ended with no effect (found
+    as a fenced/everything_settles "violation" whose trace did not replay)."""
+    from fence._world import World
+
+    path = Path(__file__).with_name("regressions") / "drain_warm_cache.json"
+    policy, config, _invariant, actions, _drains = _counterexample.load(path)
+    world = World(policy, config)
+    for action in actions:
+        world.apply(action)
+    world.enabled("retry")  # what the machine's last precondition check did
+    assert world.drain()
+    assert BY_NAME["everything_settles"].check(world) is None
