@@ -17,7 +17,10 @@ One attempt at a job, on a worker thread:
 4. confirm (or confirm_existing) on the ledger if the commit was acknowledged.
 
 A janitor thread runs ``Janitor.run_once(now)`` every ``tick``; whenever it
-frees a unit, the job goes back on the queue for another attempt.
+frees a unit, the job goes back on the queue for another attempt. The ledger
+counts a quota, not a concurrency limit: a confirmed unit is spent for good, so
+once every unit is spent and none can come back, the remaining jobs are turned
+away.
 
 Faults are injected into the tool, inside the real Agent run:
 
@@ -53,6 +56,7 @@ from fence.agents.budget import TokenBudget, call_limit
 from fence.agents.scripted import ScriptedModel, Turn
 
 FAULTS = ("none", "crash", "slow")
+_MAY_RETURN = (ReservationState.RESERVED, ReservationState.OUTCOME_UNKNOWN)
 
 
 class WorkerCrashed(Exception):
@@ -83,6 +87,8 @@ class FleetReport:
     units_freed_twice: int
     events: list[FleetEvent]
     timed_out: bool
+    turned_away: list[str] = field(default_factory=list)
+    """Jobs never started because the quota was spent (not a failure of the policy)."""
 
     @property
     def duplicates(self) -> int:
@@ -91,7 +97,7 @@ class FleetReport:
     @property
     def unsettled(self) -> list[str]:
         """Jobs that do not end with exactly one effect."""
-        return [job for job in self.jobs if self.effects.get(job, 0) != 1]
+        return [job for job in self.jobs if job not in self.turned_away and self.effects.get(job, 0) != 1]
 
     def violated(self) -> set[str]:
         """The models' invariants this real run broke, by name."""
@@ -114,7 +120,8 @@ class FleetReport:
             f"effects={sum(self.effects.values())} duplicates={self.duplicates} "
             f"released_while_effect_exists={self.released_while_effect_exists} "
             f"early_release={self.released_while_attempt_running} "
-            f"late_commits_refused={self.late_commits_refused} unsettled={len(self.unsettled)}"
+            f"late_commits_refused={self.late_commits_refused} unsettled={len(self.unsettled)} "
+            f"turned_away={len(self.turned_away)}"
         )
 
 
@@ -167,6 +174,7 @@ class Fleet:
         self._running: set[str] = set()
         """Owners of attempts whose worker has not returned yet."""
         self._given_up: set[str] = set()
+        self._turned_away: list[str] = []
         self._released_with_effect = 0
         self._released_running = 0
         self._late_refused = 0
@@ -224,6 +232,7 @@ class Fleet:
             units_freed_twice=sum(1 for n in self.ledger.units_freed.values() if n > 1),
             events=list(self._events),
             timed_out=timed_out,
+            turned_away=list(self._turned_away),
         )
 
     def _finished(self, jobs: list[str]) -> bool:
@@ -231,7 +240,7 @@ class Fleet:
             if self._running or not self._queue.empty():
                 return False
             for job in jobs:
-                if job in self._given_up:
+                if job in self._given_up or job in self._turned_away:
                     continue
                 current = self.ledger.current(job)
                 if current is None or current.state not in (
@@ -307,6 +316,11 @@ class Fleet:
                     reservation = self.ledger.reserve(job, owner, self.now(), self.lease)
                 except CapacityExhausted:
                     reservation = None
+                    if not any(r.state in _MAY_RETURN for r in self.ledger.reservations()):
+                        # Every unit is spent and none can come back: the quota is used up.
+                        self._turned_away.append(job)
+                        self._note(name, f"{job} turned away: all {self.ledger.capacity} units are spent")
+                        return None
                 if reservation is not None:
                     self._attempt_counts[job] = number
                     self._running.add(owner)
