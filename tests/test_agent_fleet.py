@@ -210,3 +210,17 @@ def test_call_limit_keeps_the_last_turn_inside_the_reservation():
     assert call_limit(400, 100) == 301
     with pytest.raises(ValueError, match="cannot hold one turn"):
         call_limit(50, 100)
+
+
+def test_readme_example_runs_and_reconciles_the_crash():
+    """`python examples/agent_fleet.py` prints the fleet as it happens and ends with no duplicate."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "agent_fleet.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "job-3/r1: key found -> confirmed_existing" in result.stdout
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("SUMMARY"))
+    assert "duplicates=0" in summary and "unsettled=0" in summary
