@@ -118,6 +118,7 @@ def test_fleet_of_four_shares_a_quota_and_reconciles_a_crash():
     fleet = Fleet(POLICIES["reconcile"], capacity=4, workers=4)
     jobs = [f"job-{i}" for i in range(1, 7)]
     report = fleet.run(jobs, {"job-3": "crash"})
+    assert fleet.errors == []
     assert not report.timed_out and report.duplicates == 0 and report.unsettled == [], report.summary()
     assert len(report.turned_away) == 2 and sum(report.effects.values()) == 4
     assert report.effects["job-3"] == 1

@@ -179,6 +179,8 @@ class Fleet:
         self._released_running = 0
         self._late_refused = 0
         self._agent_runs = 0
+        self.errors: list[str] = []
+        """Agent runs that raised, as 'owner: error' (a healthy run leaves this empty)."""
 
     # -- the shell's own clock and log -------------------------------------------
     def now(self) -> float:
@@ -303,6 +305,9 @@ class Fleet:
         try:
             self._run_agent(name, attempt)
             self._report(name, attempt)
+        except Exception as error:  # an Agent that fails is a silent worker; the janitor deals with it
+            self.errors.append(f"{attempt.owner}: {type(error).__name__}: {error}")
+            self._note(name, f"{attempt.owner} agent run failed: {type(error).__name__}: {error}")
         finally:
             with self._lock:
                 self._running.discard(attempt.owner)
