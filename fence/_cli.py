@@ -303,7 +303,19 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("policy", help="MODULE:ATTR (or a built-in name)")
     check.add_argument("--destination", help="MODULE:ATTR of your destination factory")
     check.set_defaults(handler=cmd_check)
+
+    probe = sub.add_parser("probe-sdk", help="check the strands-agents behaviours fence relies on")
+    probe.set_defaults(handler=_cmd_probe_sdk)
     return parser
+
+
+def _cmd_probe_sdk(args) -> int:
+    try:
+        from fence.agents.cli import cmd_probe_sdk
+    except ImportError:  # strands-agents is an extra: one line and exit 2, as for bad input
+        print("fence: probe-sdk needs strands-agents: pip install -e '.[agents]'", file=sys.stderr)
+        return 2
+    return cmd_probe_sdk(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,568 @@
+"""Agent workers under fence's ledger: the one module with real threads and the real clock.
+
+Theory of operation
+-------------------
+A ``Fleet`` is the article's system with strands Agents as its workers. The
+core (``Ledger``, ``Janitor``, ``TicketService``) stays pure; this shell owns
+the monotonic clock, the threads and the one lock that serialises every call
+into the core, as a real ledger service would.
+
+One attempt at a job, on a worker thread:
+
+1. reserve a unit for the job's key under a lease (wait while all are held);
+2. register the attempt at the destination (a no-op unless it keeps a witness);
+3. invoke a fresh Agent on a ScriptedModel with ``idempotency_token`` = the key
+   and per-call ``limits``; its tool ``create_ticket`` commits through the
+   destination's guards under the attempt's identity;
+4. confirm (or confirm_existing) on the ledger if the commit was acknowledged.
+
+A janitor thread runs ``Janitor.run_once(now)`` every ``tick``; whenever it
+frees a unit, the job goes back on the queue for another attempt. The ledger
+counts a quota, not a concurrency limit: a confirmed unit is spent for good, so
+once every unit is spent and none can come back, the remaining jobs are turned
+away.
+
+Faults are injected into the tool, inside the real Agent run:
+
+* ``crash``: the effect lands, then the worker dies. The tool raises (the SDK
+  turns that into an error tool result) and the worker sends nothing more to
+  the ledger, like a process that died right after its write.
+* ``slow``: the tool sleeps past the lease before it commits, so the commit
+  lands after the janitor has acted on the expired lease.
+
+A fault applies to a job's first attempt only; retries are healthy. The report
+counts what the models' invariants talk about: duplicate writes, units freed
+while an effect for the key exists, units freed while their attempt was still
+running, and jobs left without exactly one effect.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from strands import Agent, tool
+
+from fence._destination import AttemptState, CommitResult, TicketService
+from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
+from fence._janitor import Janitor, Settlement
+from fence._ledger import Ledger, Reservation, ReservationState
+from fence._policies import Decision, JanitorPolicy
+from fence.agents.budget import TokenBudget, call_limit
+from fence.agents.scripted import ScriptedModel, Turn
+
+FAULTS = ("none", "crash", "slow")
+_MAY_RETURN = (ReservationState.RESERVED, ReservationState.OUTCOME_UNKNOWN)
+
+
+class WorkerCrashed(Exception):
+    """Raised inside the tool to stand for a worker that died right after its effect."""
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    at: float
+    """Seconds since the fleet started, on the monotonic clock."""
+    actor: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.at:6.3f}s  {self.actor:<12} {self.what}"
+
+
+@dataclass
+class FleetReport:
+    policy: str
+    jobs: list[str]
+    effects: dict[str, int]
+    released_while_effect_exists: int
+    released_while_attempt_running: int
+    late_commits_refused: int
+    attempts: int
+    agent_runs: int
+    units_freed_twice: int
+    events: list[FleetEvent]
+    timed_out: bool
+    turned_away: list[str] = field(default_factory=list)
+    """Jobs never started because the quota was spent (not a failure of the policy)."""
+
+    @property
+    def duplicates(self) -> int:
+        return sum(max(0, n - 1) for n in self.effects.values())
+
+    @property
+    def unsettled(self) -> list[str]:
+        """Jobs that do not end with exactly one effect."""
+        return [job for job in self.jobs if job not in self.turned_away and self.effects.get(job, 0) != 1]
+
+    def violated(self) -> set[str]:
+        """The models' invariants this real run broke, by name."""
+        broken = set()
+        if self.duplicates:
+            broken.add("no_duplicate_writes")
+        if self.released_while_effect_exists:
+            broken.add("no_release_while_effect_exists")
+        if self.released_while_attempt_running:
+            broken.add("no_early_release")
+        if self.units_freed_twice:
+            broken.add("capacity_conserved")
+        if self.unsettled or self.timed_out:
+            broken.add("everything_settles")
+        return broken
+
+    def summary(self) -> str:
+        return (
+            f"policy={self.policy} jobs={len(self.jobs)} attempts={self.attempts} "
+            f"effects={sum(self.effects.values())} duplicates={self.duplicates} "
+            f"released_while_effect_exists={self.released_while_effect_exists} "
+            f"early_release={self.released_while_attempt_running} "
+            f"late_commits_refused={self.late_commits_refused} unsettled={len(self.unsettled)} "
+            f"turned_away={len(self.turned_away)}"
+        )
+
+
+@dataclass
+class _Attempt:
+    job: str
+    number: int
+    owner: str
+    fault: str
+    commit: CommitResult | None = None
+    crashed: bool = False
+
+
+class Fleet:
+    """Worker threads running Agents, a janitor thread, one ledger and one destination."""
+
+    def __init__(
+        self,
+        policy: JanitorPolicy,
+        *,
+        capacity: int = 2,
+        workers: int = 3,
+        lease: float = 0.2,
+        slow_for: float = 0.6,
+        tick: float = 0.01,
+        max_attempts: int = 3,
+        timeout: float = 10.0,
+        log: Callable[[FleetEvent], None] | None = None,
+    ) -> None:
+        if slow_for <= lease:
+            raise ValueError(f"slow_for ({slow_for}s) must exceed the lease ({lease}s) for the slow fault")
+        self.policy = policy
+        self.ledger = Ledger(capacity)
+        self.destination = TicketService(policy.guards)
+        self.janitor = Janitor(self.ledger, self.destination, policy)
+        self.workers = workers
+        self.lease = lease
+        self.slow_for = slow_for
+        self.tick = tick
+        self.max_attempts = max_attempts
+        self.timeout = timeout
+        self._log = log
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._stop = threading.Event()
+        self._start = 0.0
+        self._events: list[FleetEvent] = []
+        self._attempt_counts: Counter[str] = Counter()
+        self._running: set[str] = set()
+        """Owners of attempts whose worker has not returned yet."""
+        self._given_up: set[str] = set()
+        self._turned_away: list[str] = []
+        self._released_with_effect = 0
+        self._released_running = 0
+        self._late_refused = 0
+        self._agent_runs = 0
+        self.errors: list[str] = []
+        """Agent runs that raised, as 'owner: error' (a healthy run leaves this empty)."""
+
+    # -- the shell's own clock and log -------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+    def _note(self, actor: str, what: str) -> None:
+        # Its own lock: callers may or may not hold the fleet lock.
+        with self._log_lock:
+            event = FleetEvent(round(self.now(), 3), actor, what)
+            self._events.append(event)
+            if self._log is not None:
+                self._log(event)
+
+    # -- running -------------------------------------------------------------------
+    def run(self, jobs: list[str], faults: dict[str, str] | None = None) -> FleetReport:
+        faults = dict(faults or {})
+        unknown = {f for f in faults.values() if f not in FAULTS}
+        if unknown:
+            raise ValueError(f"unknown fault(s) {sorted(unknown)}: use one of {', '.join(FAULTS)}")
+        self._faults = faults
+        self._start = time.monotonic()
+        for job in jobs:
+            self._queue.put(job)
+        threads = [threading.Thread(target=self._janitor_loop, name="janitor", daemon=True)]
+        threads += [
+            threading.Thread(target=self._worker_loop, args=(f"worker-{i}",), name=f"worker-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + self.timeout
+        timed_out = True
+        while time.monotonic() < deadline:
+            if self._finished(jobs):
+                timed_out = False
+                break
+            time.sleep(self.tick)
+        self._stop.set()
+        for thread in threads:
+            thread.join(self.slow_for + 5)
+        effects = Counter(e.key for e in self.destination.effects())
+        return FleetReport(
+            policy=self.policy.name,
+            jobs=list(jobs),
+            effects={job: effects.get(job, 0) for job in jobs},
+            released_while_effect_exists=self._released_with_effect,
+            released_while_attempt_running=self._released_running,
+            late_commits_refused=self._late_refused,
+            attempts=sum(self._attempt_counts.values()),
+            agent_runs=self._agent_runs,
+            units_freed_twice=sum(1 for n in self.ledger.units_freed.values() if n > 1),
+            events=list(self._events),
+            timed_out=timed_out,
+            turned_away=list(self._turned_away),
+        )
+
+    def _finished(self, jobs: list[str]) -> bool:
+        with self._lock:
+            if self._running or not self._queue.empty():
+                return False
+            for job in jobs:
+                if job in self._given_up or job in self._turned_away:
+                    continue
+                current = self.ledger.current(job)
+                if current is None or current.state not in (
+                    ReservationState.CONFIRMED,
+                    ReservationState.CONFIRMED_EXISTING,
+                ):
+                    return False
+            return True
+
+    # -- the janitor thread --------------------------------------------------------
+    def _janitor_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                results = self.janitor.run_once(self.now())
+                for result in results:
+                    self._after_janitor_step(result)
+            time.sleep(self.tick)
+
+    def _after_janitor_step(self, result: Settlement | Reservation) -> None:
+        # Called with the lock held.
+        if isinstance(result, Settlement):
+            if result.decision is Decision.HOLD:
+                return
+            reservation = result.reservation
+            what = f"{reservation.reservation_id}: {result.evidence.describe()} -> {reservation.state.value}"
+        else:
+            reservation = result
+            what = f"{reservation.reservation_id}: lease expired -> {reservation.state.value}"
+        self._note("janitor", what)
+        if reservation.state is not ReservationState.UNUSED:
+            return
+        if self.destination.lookup(reservation.key):
+            self._released_with_effect += 1
+        if reservation.owner in self._running and (
+            self.destination.attempt_state(reservation.owner) is not AttemptState.ABANDONED
+        ):
+            # Freed while its attempt is still running and can still write.
+            self._released_running += 1
+        job = reservation.key
+        if self._attempt_counts[job] >= self.max_attempts:
+            self._given_up.add(job)
+            self._note("janitor", f"{job}: {self.max_attempts} attempts made, giving up")
+        else:
+            self._queue.put(job)
+            self._note("janitor", f"{job}: unit freed, job queued for retry")
+
+    # -- the worker threads --------------------------------------------------------
+    def _worker_loop(self, name: str) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._queue.get(timeout=self.tick)
+            except queue.Empty:
+                continue
+            self._attempt(name, job)
+
+    def _attempt(self, name: str, job: str) -> None:
+        attempt = self._reserve(name, job)
+        if attempt is None:
+            return
+        try:
+            self._run_agent(name, attempt)
+            self._report(name, attempt)
+        except Exception as error:  # an Agent that fails is a silent worker; the janitor deals with it
+            self.errors.append(f"{attempt.owner}: {type(error).__name__}: {error}")
+            self._note(name, f"{attempt.owner} agent run failed: {type(error).__name__}: {error}")
+        finally:
+            with self._lock:
+                self._running.discard(attempt.owner)
+
+    def _reserve(self, name: str, job: str) -> _Attempt | None:
+        while not self._stop.is_set():
+            with self._lock:
+                number = self._attempt_counts[job] + 1
+                owner = job if self.policy.shared_identity else f"{job}#a{number}"
+                try:
+                    reservation = self.ledger.reserve(job, owner, self.now(), self.lease)
+                except CapacityExhausted:
+                    reservation = None
+                    if not any(r.state in _MAY_RETURN for r in self.ledger.reservations()):
+                        # Every unit is spent and none can come back: the quota is used up.
+                        self._turned_away.append(job)
+                        self._note(name, f"{job} turned away: all {self.ledger.capacity} units are spent")
+                        return None
+                if reservation is not None:
+                    self._attempt_counts[job] = number
+                    self._running.add(owner)
+                    self.destination.register(owner, job)
+                    fault = self._faults.get(job, "none") if number == 1 else "none"
+                    self._note(name, f"{reservation.reservation_id} reserved by {owner}"
+                               + (f" (fault: {fault})" if fault != "none" else ""))
+                    return _Attempt(job, number, owner, fault)
+            time.sleep(self.tick)
+        return None
+
+    def _run_agent(self, name: str, attempt: _Attempt) -> None:
+        fleet = self
+
+        @tool
+        def create_ticket(key: str) -> str:
+            """Create the support ticket for the job's idempotency key."""
+            if attempt.fault == "slow":
+                time.sleep(fleet.slow_for)
+            with fleet._lock:
+                attempt.commit = fleet.destination.commit(attempt.owner, key, f"ticket for {key}")
+                if attempt.commit.refused:
+                    fleet._late_refused += 1
+                fleet._note(name, f"{attempt.owner} commit {key}: {attempt.commit.value}")
+            if attempt.fault == "crash":
+                attempt.crashed = True
+                raise WorkerCrashed(f"{attempt.owner} died after its effect landed")
+            return f"ticket {key}: {attempt.commit.value}"
+
+        model = ScriptedModel(
+            [
+                Turn.call("create_ticket", {"key": attempt.job}, input_tokens=120, output_tokens=30),
+                Turn.say(f"ticket for {attempt.job} handled", input_tokens=180, output_tokens=20),
+            ]
+        )
+        agent = Agent(model=model, tools=[create_ticket], callback_handler=None)
+        with self._lock:
+            self._agent_runs += 1
+        agent(f"open a ticket for {attempt.job}", idempotency_token=attempt.job, limits={"turns": 3})
+
+    def _report(self, name: str, attempt: _Attempt) -> None:
+        if attempt.crashed:
+            self._note(name, f"{attempt.owner} crashed before confirming")
+            return
+        if attempt.commit is None or attempt.commit in (CommitResult.ABANDONED, CommitResult.CONFLICT):
+            return  # refused by a guard: the janitor owns that reservation now
+        with self._lock:
+            try:
+                if attempt.commit is CommitResult.WRITTEN:
+                    moved = self.ledger.confirm(attempt.job, attempt.owner)
+                else:
+                    moved = self.ledger.confirm_existing(attempt.job, attempt.owner)
+                self._note(name, f"{moved.reservation_id} {moved.state.value} by {attempt.owner}")
+            except (StaleAttempt, IllegalMove) as error:
+                self._note(name, f"{attempt.owner} confirm refused: {error}")
+
+
+
+# -- a fleet that shares a token budget -------------------------------------------
+
+
+@dataclass
+class TokenReport:
+    budget: int
+    spent: int
+    """What the budget charged: settled actual usage, plus expired leases in full."""
+    actual_total: int
+    """The sum of every AgentResult's total tokens, counted apart from the budget."""
+    high_water: int
+    """The most the budget ever had held plus spent at once."""
+    runs: dict[str, int]
+    """Job -> the total tokens its Agent call used."""
+    stop_reasons: Counter
+    turned_away: list[str]
+    charged_in_full: list[str]
+    overruns: int
+    events: list[FleetEvent] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"budget={self.budget} spent={self.spent} actual={self.actual_total} high_water={self.high_water} "
+            f"runs={len(self.runs)} turned_away={len(self.turned_away)} "
+            f"charged_in_full={len(self.charged_in_full)} overruns={self.overruns} "
+            f"stop_reasons={dict(self.stop_reasons)}"
+        )
+
+
+class TokenFleet:
+    """Worker threads that reserve tokens, run an Agent under per-call limits and settle actual usage."""
+
+    def __init__(
+        self,
+        budget: int,
+        *,
+        workers: int = 6,
+        reserve: int = 400,
+        max_turn_tokens: int = 100,
+        lease: float = 5.0,
+        tick: float = 0.005,
+        timeout: float = 20.0,
+        log: Callable[[FleetEvent], None] | None = None,
+    ) -> None:
+        self.budget = TokenBudget(budget)
+        self.workers = workers
+        self.reserve = reserve
+        self.max_turn_tokens = max_turn_tokens
+        self.limit = call_limit(reserve, max_turn_tokens)
+        self.lease = lease
+        self.tick = tick
+        self.timeout = timeout
+        self._log = log
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._stop = threading.Event()
+        self._start = 0.0
+        self._events: list[FleetEvent] = []
+        self._runs: dict[str, int] = {}
+        self._stop_reasons: Counter[str] = Counter()
+        self._turned_away: list[str] = []
+        self._high_water = 0
+        self._pending = 0
+
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+    def _note(self, actor: str, what: str) -> None:
+        # Called with the fleet lock held.
+        event = FleetEvent(round(self.now(), 3), actor, what)
+        self._events.append(event)
+        if self._log is not None:
+            self._log(event)
+
+    def _watch(self) -> None:
+        # Called with the fleet lock held, after every budget move.
+        self._high_water = max(self._high_water, self.budget.held + self.budget.spent)
+
+    def run(self, scripts: dict[str, list[Turn]], crash: set[str] = frozenset()) -> TokenReport:
+        for job, turns in scripts.items():
+            for turn in turns:
+                if turn.total_tokens > self.max_turn_tokens:
+                    raise ValueError(
+                        f"job {job!r}: a turn of {turn.total_tokens} tokens exceeds max_turn_tokens="
+                        f"{self.max_turn_tokens}, which the per-call limit relies on"
+                    )
+        self._scripts = scripts
+        self._crash = set(crash)
+        self._start = time.monotonic()
+        self._pending = len(scripts)
+        for job in scripts:
+            self._queue.put(job)
+        threads = [threading.Thread(target=self._janitor_loop, daemon=True)]
+        threads += [
+            threading.Thread(target=self._worker_loop, args=(f"worker-{i}",), daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._pending == 0:
+                    break
+            time.sleep(self.tick)
+        self._stop.set()
+        for thread in threads:
+            thread.join(5)
+        with self._lock:
+            reservations = self.budget.reservations()
+            return TokenReport(
+                budget=self.budget.budget,
+                spent=self.budget.spent,
+                actual_total=sum(self._runs.values()),
+                high_water=self._high_water,
+                runs=dict(self._runs),
+                stop_reasons=Counter(self._stop_reasons),
+                turned_away=list(self._turned_away),
+                charged_in_full=[r.key for r in reservations if r.state.value == "charged_in_full"],
+                overruns=len(self.budget.overruns),
+                events=list(self._events),
+            )
+
+    def _janitor_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                for reservation in self.budget.expire(self.now()):
+                    self._watch()
+                    self._note("janitor", f"{reservation.reservation_id}: lease expired, "
+                               f"charged in full ({reservation.reserved} tokens)")
+                    self._pending -= 1
+            time.sleep(self.tick)
+
+    def _worker_loop(self, name: str) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._queue.get(timeout=self.tick)
+            except queue.Empty:
+                continue
+            self._attempt(name, job)
+
+    def _attempt(self, name: str, job: str) -> None:
+        reservation = None
+        while reservation is None and not self._stop.is_set():
+            with self._lock:
+                try:
+                    reservation = self.budget.reserve(job, f"{job}#a1", self.reserve, self.now(), self.lease)
+                    self._watch()
+                    self._note(name, f"{reservation.reservation_id} reserved {self.reserve} tokens "
+                               f"(free {self.budget.free})")
+                except CapacityExhausted:
+                    if self.budget.held == 0:
+                        # Nothing in flight will ever return tokens: the budget is spent.
+                        self._turned_away.append(job)
+                        self._pending -= 1
+                        self._note(name, f"{job} turned away: {self.budget.free} tokens left")
+                        return
+            if reservation is None:
+                time.sleep(self.tick)
+        if reservation is None:
+            return
+        model = ScriptedModel(self._scripts[job])
+
+        @tool
+        def work(step: int) -> str:
+            """Do one step of the job."""
+            return f"step {step} done"
+
+        agent = Agent(model=model, tools=[work], callback_handler=None)
+        result = agent(f"do {job}", idempotency_token=job, limits={"total_tokens": self.limit})
+        used = int(result.metrics.accumulated_usage["totalTokens"])
+        with self._lock:
+            self._runs[job] = used
+            self._stop_reasons[result.stop_reason] += 1
+            if job in self._crash:
+                self._note(name, f"{job} used {used} tokens and crashed before settling")
+                return  # the janitor charges the lease in full when it expires
+            settled = self.budget.settle(reservation.reservation_id, reservation.owner, used)
+            self._watch()
+            self._pending -= 1
+            self._note(name, f"{settled.reservation_id} settled at {used} tokens "
+                       f"({result.stop_reason}; spent {self.budget.spent}/{self.budget.budget})")

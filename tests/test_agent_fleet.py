@@ -1,0 +1,227 @@
+"""Real strands Agents (scripted model, real threads, real clock) as the workers of fence's fleet.
+
+Leases are 0.2 s and the slow tool commits at 0.6 s, so a run takes under a
+second; the tests assert counts and orderings, never absolute times.
+"""
+
+import itertools
+import random
+import socket
+
+import pytest
+
+pytest.importorskip("strands", reason="strands-agents is in the test extra: pip install -e '.[test]'")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fence import POLICIES, CapacityExhausted, IllegalMove, StaleAttempt  # noqa: E402
+from fence._verdicts import Verdict, load_expected  # noqa: E402
+from fence.agents.budget import TokenBudget, TokenState, call_limit  # noqa: E402
+from fence.agents.fleet import Fleet, TokenFleet  # noqa: E402
+from fence.agents.scripted import Turn  # noqa: E402
+
+SAFE = "abandon-fenced"
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test: nothing here may reach the network."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def run(policy, faults, jobs=("job-1", "job-2")):
+    return Fleet(POLICIES[policy]).run(list(jobs), faults)
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    """Every built-in policy under each fault, once: {(policy, fault): FleetReport}."""
+    return {(p, f): run(p, {"job-1": f}) for p in POLICIES for f in ("crash", "slow")}
+
+
+# ids avoid the word "slow", which conftest.py reads as the slow marker.
+@pytest.mark.parametrize("fault", ["crash", "slow"], ids=["crash-after-effect", "commit-after-expiry"])
+def test_naive_writes_the_ticket_twice(matrix, fault):
+    """Under naive, a crash after the effect and a commit after expiry each end in a duplicate write."""
+    report = matrix["naive", fault]
+    assert report.duplicates == 1, report.summary()
+    assert report.effects == {"job-1": 2, "job-2": 1}
+    assert not report.timed_out
+
+
+@pytest.mark.parametrize("fault", ["crash", "slow"], ids=["crash-after-effect", "commit-after-expiry"])
+def test_safe_policy_writes_each_ticket_once(matrix, fault):
+    """Under abandon-fenced, both faults end with exactly one ticket per job and nothing stuck."""
+    report = matrix[SAFE, fault]
+    assert report.duplicates == 0 and report.unsettled == [] and not report.timed_out, report.summary()
+    assert report.violated() == set()
+
+
+def test_article_findings_with_real_agents(matrix):
+    """Reconcile survives the crash but not the slow commit; the fence stops that duplicate, not the early release."""
+    assert matrix["reconcile", "crash"].duplicates == 0
+    assert matrix["reconcile", "slow"].duplicates == 1
+    fenced = matrix["fenced", "slow"]
+    assert fenced.duplicates == 0 and fenced.late_commits_refused == 1
+    assert fenced.released_while_attempt_running == 1
+
+
+def test_real_runs_never_contradict_the_models(matrix):
+    """No real Agent run breaks an invariant the models say holds for that policy."""
+    expected = load_expected()
+    contradictions = [
+        (policy, fault, name)
+        for (policy, fault), report in matrix.items()
+        for name in report.violated()
+        if expected[policy][name] is Verdict.HOLDS
+    ]
+    assert contradictions == []
+
+
+def test_real_runs_reach_the_dangerous_interleavings(matrix):
+    """The slow fault really lands its commit after the janitor acted, and the crash really skips the confirm."""
+    slow = matrix["naive", "slow"].events
+    release = next(i for i, e in enumerate(slow) if "lease expired" in e.what and "job-1/r1" in e.what)
+    late = next(i for i, e in enumerate(slow) if "job-1#a1 commit" in e.what)
+    assert release < late
+    crash = [e.what for e in matrix["naive", "crash"].events]
+    assert "job-1#a1 crashed before confirming" in crash
+    assert not any("confirmed by job-1#a1" in what for what in crash)
+
+
+FAULT_PLANS = list(itertools.product(["none", "crash", "slow"], repeat=2))
+
+
+@pytest.mark.parametrize("policy", ["naive", SAFE])
+def test_exhaustive_fault_plans_with_real_agents(policy):
+    """Over every fault plan for two jobs, naive duplicates once per faulted job and the safe policy never does."""
+    for plan in FAULT_PLANS:
+        faults = dict(zip(["job-1", "job-2"], plan))
+        report = run(policy, faults)
+        faulted = sum(fault != "none" for fault in plan)
+        assert not report.timed_out, (plan, report.summary())
+        if policy == "naive":
+            assert report.duplicates == faulted, (plan, report.summary())
+        else:
+            assert report.duplicates == 0 and report.unsettled == [], (plan, report.summary())
+
+
+def test_fleet_of_four_shares_a_quota_and_reconciles_a_crash():
+    """Four Agent workers on a quota of four units: the crashed job is reconciled, not retried, and two jobs are turned away."""
+    fleet = Fleet(POLICIES["reconcile"], capacity=4, workers=4)
+    jobs = [f"job-{i}" for i in range(1, 7)]
+    report = fleet.run(jobs, {"job-3": "crash"})
+    assert fleet.errors == []
+    assert not report.timed_out and report.duplicates == 0 and report.unsettled == [], report.summary()
+    assert len(report.turned_away) == 2 and sum(report.effects.values()) == 4
+    assert report.effects["job-3"] == 1
+    assert any("job-3/r1: key found -> confirmed_existing" in e.what for e in report.events)
+    assert fleet.ledger.free == 0 and fleet.ledger.units_freed == {}
+
+
+def test_naive_quota_fleet_lands_five_writes_on_four_units():
+    """The same fleet under naive frees the crashed job's unit, so five writes land on a quota of four."""
+    fleet = Fleet(POLICIES["naive"], capacity=4, workers=4)
+    jobs = [f"job-{i}" for i in range(1, 7)]
+    report = fleet.run(jobs, {"job-3": "crash"})
+    # Whether the freed unit goes to job-3's retry (a duplicate) or to a waiting
+    # job (an unpaid effect) is a race; either way one write more than the quota.
+    assert sum(report.effects.values()) == 5 and report.released_while_effect_exists == 1, report.summary()
+    assert fleet.ledger.units_freed == {"job-3/r1": 1}
+
+
+def scripts_for(seed, jobs):
+    rng = random.Random(seed)
+    scripts = {}
+    for i in range(jobs):
+        turns = [
+            Turn.call("work", {"step": s}, input_tokens=rng.randint(20, 60), output_tokens=rng.randint(5, 40))
+            for s in range(rng.randint(1, 10))
+        ]
+        scripts[f"job-{i}"] = [*turns, Turn.say("done", input_tokens=30, output_tokens=10)]
+    return scripts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_token_budget_never_overspends_under_a_concurrent_fleet(seed):
+    """Eight Agent workers racing for a token budget smaller than the demand never spend more than it."""
+    fleet = TokenFleet(3000, workers=8, reserve=400, max_turn_tokens=100, lease=0.3)
+    report = fleet.run(scripts_for(seed, 24), crash={"job-5"})
+    assert report.actual_total <= report.budget and report.spent <= report.budget, report.summary()
+    assert report.high_water <= report.budget
+    assert report.overruns == 0 and all(used <= 400 for used in report.runs.values())
+    assert report.turned_away, "the demand must exceed the budget, or the test shows nothing"
+    assert report.stop_reasons["limit_total_tokens"] >= 1, "some calls must be cut by their limit"
+    assert set(report.runs) | set(report.turned_away) == set(fleet._scripts)
+
+
+def test_settled_reservation_returns_the_unused_tokens():
+    """Settling 150 of 400 reserved tokens returns 250 to the pool; expiry charges the whole reservation."""
+    budget = TokenBudget(1000)
+    first = budget.reserve("job-1", "job-1#a1", 400, now=0, lease=1)
+    budget.reserve("job-2", "job-2#a1", 400, now=0, lease=1)
+    with pytest.raises(CapacityExhausted, match="only 200 of 1000 are free"):
+        budget.reserve("job-3", "job-3#a1", 400, now=0, lease=1)
+    budget.settle(first.reservation_id, "job-1#a1", 150)
+    assert (budget.spent, budget.held, budget.free) == (150, 400, 450)
+    [expired] = budget.expire(now=1)
+    assert expired.state is TokenState.CHARGED_IN_FULL and budget.spent == 550
+    with pytest.raises(IllegalMove, match="charged_in_full"):
+        budget.settle(expired.reservation_id, "job-2#a1", 10)
+    with pytest.raises(StaleAttempt):
+        budget.settle(first.reservation_id, "someone-else", 10)
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["reserve", "settle", "expire"]), st.integers(1, 500), st.integers(0, 500)),
+        max_size=40,
+    )
+)
+def test_token_budget_held_plus_spent_never_exceeds_budget(steps):
+    """Any sequence of reserves, settles within the reservation and expiries keeps held + spent <= budget."""
+    budget = TokenBudget(1000)
+    now = 0.0
+    for i, (op, tokens, actual) in enumerate(steps):
+        now += 0.1
+        open_ = [r for r in budget.reservations() if r.state is TokenState.RESERVED]
+        if op == "reserve":
+            try:
+                budget.reserve(f"k{i}", f"k{i}#a1", tokens, now, lease=1.0)
+            except CapacityExhausted:
+                assert tokens > budget.free
+        elif op == "settle" and open_:
+            r = open_[tokens % len(open_)]
+            budget.settle(r.reservation_id, r.owner, min(actual, r.reserved))
+        elif op == "expire":
+            budget.expire(now)
+        assert budget.held + budget.spent <= budget.budget and budget.free >= 0
+
+
+def test_call_limit_keeps_the_last_turn_inside_the_reservation():
+    """The total_tokens limit leaves room for one more turn of at most max_turn_tokens."""
+    assert call_limit(400, 100) == 301
+    with pytest.raises(ValueError, match="cannot hold one turn"):
+        call_limit(50, 100)
+
+
+def test_readme_example_runs_and_reconciles_the_crash():
+    """`python examples/agent_fleet.py` prints the fleet as it happens and ends with no duplicate."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "examples" / "agent_fleet.py"
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "job-3/r1: key found -> confirmed_existing" in result.stdout
+    summary = next(line for line in result.stdout.splitlines() if line.startswith("SUMMARY"))
+    assert "duplicates=0" in summary and "unsettled=0" in summary
