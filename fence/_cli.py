@@ -306,7 +306,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     probe = sub.add_parser("probe-sdk", help="check the strands-agents behaviours fence relies on")
     probe.set_defaults(handler=_cmd_probe_sdk)
+
+    bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
+    bench.add_argument("what", choices=["detection"], help="detection: each expected violation over many seeds")
+    bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
+    bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
+    bench.add_argument("--workers", type=_positive, default=2, help="processes")
+    bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt)")
+    bench.set_defaults(handler=cmd_bench)
     return parser
+
+
+def cmd_bench(args) -> int:
+    from fence import _bench
+
+    examples, steps, _shrink = PROFILES[args.profile]
+    out = Path(args.out or f"evidence/{args.what}.txt")
+    command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench {args.what}"
+    return _bench.detection(args.seeds, examples, steps, args.workers, command, out)
 
 
 def _cmd_probe_sdk(args) -> int:
