@@ -287,6 +287,16 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("policy", help="MODULE:ATTR (or a built-in name)")
     check.add_argument("--destination", help="MODULE:ATTR of your destination factory")
     check.set_defaults(handler=cmd_check)
+
+    from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
+
+    experiments = sub.add_parser("experiments", help="the article's experiments on threads and the real clock")
+    _experiments_cli.experiments_arguments(experiments)
+    experiments.set_defaults(handler=_experiments_cli.cmd_experiments)
+
+    replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
+    _experiments_cli.replay_arguments(replay)
+    replay.set_defaults(handler=_experiments_cli.cmd_replay)
     return parser
 
 
