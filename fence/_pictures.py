@@ -52,6 +52,10 @@ def _panel(ax, title: str, events: list[Event]) -> None:
             ax.plot(reserved, y[lane], marker=">", color="tab:purple" if retry else "0.3", ms=7)
             if retry:
                 ax.annotate("retry", (reserved, y[lane]), xytext=(0, 7), textcoords="offset points", fontsize=7, color="tab:purple")
+            label = next(e.label for e in mine if e.kind == "reserve")
+            if "inheriting" in label:
+                ax.annotate("inherits the crashed unit", (reserved, y[lane]), xytext=(0, 7),
+                            textcoords="offset points", fontsize=7, color="tab:red")
         for e in mine:
             if e.kind == "crash":
                 ax.plot(e.t, y[lane], marker="X", color="black", ms=9)
@@ -59,14 +63,19 @@ def _panel(ax, title: str, events: list[Event]) -> None:
                             xytext=(0, -12), textcoords="offset points", fontsize=7)
             elif e.kind == "stale":
                 ax.plot(e.t, y[lane], marker="s", color="tab:gray", ms=5)
-    written = 0
+    keys_written: set[str] = set()
+    few = sum(1 for e in events if e.kind == "effect") <= 4
     for e in events:
         if e.lane == "destination" and e.kind == "effect":
-            written += 1
-            color = "tab:green" if written == 1 else "tab:red"
-            ax.plot(e.t, y["destination"], marker="*", color=color, ms=13)
-            ax.annotate(f"effect {e.label.split()[0]}" + (" (duplicate)" if written > 1 else ""),
-                        (e.t, y["destination"]), xytext=(0, 8), textcoords="offset points", fontsize=7, color=color)
+            attempt = e.label.split()[0]
+            key = attempt.split("#")[0]
+            duplicate = key in keys_written
+            keys_written.add(key)
+            color = "tab:red" if duplicate else "tab:green"
+            ax.plot(e.t, y["destination"], marker="*", color=color, ms=13 if few else 9)
+            if few or duplicate:
+                ax.annotate(f"effect {attempt}" + (" (duplicate)" if duplicate else ""),
+                            (e.t, y["destination"]), xytext=(0, 8), textcoords="offset points", fontsize=7, color=color)
         elif e.lane == "destination" and e.kind == "refused":
             ax.plot(e.t, y["destination"], marker="x", color="tab:red", ms=9, mew=2)
             ax.annotate(f"refused {e.label.split()[0]}", (e.t, y["destination"]), xytext=(0, -12),

@@ -234,7 +234,8 @@ class Fleet:
             record.reserved_at = now
             record.token = self.tokens.popleft()
             self.phase[spec.attempt_id] = "working"
-            log(lane, "reserve", f"reserves {spec.key} (lease {self.lease:g}s)", t=now)
+            heir = f", inheriting {record.token[1]}'s released unit" if record.token[0] == "released" else ""
+            log(lane, "reserve", f"reserves {spec.key} (lease {self.lease:g}s{heir})", t=now)
             self.lock.notify_all()
         if reserved is not None:
             reserved.set()
