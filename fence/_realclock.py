@@ -41,7 +41,7 @@ from fence._invariants import BY_NAME
 from fence._janitor import Janitor, Settlement
 from fence._ledger import Ledger, Move, Reservation, ReservationState
 from fence._policies import POLICIES, Decision, JanitorPolicy
-from fence._world import Action, Crash, Deliver, InapplicableAction, Tick, World
+from fence._world import Action, InapplicableAction, Tick, World
 
 POLL_SECONDS = 0.002
 """How often the janitor loop looks at the deadlines."""
