@@ -314,6 +314,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workers", type=_positive, default=2, help="processes")
     bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt)")
     bench.set_defaults(handler=cmd_bench)
+
+    from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
+
+    experiments = sub.add_parser("experiments", help="the article's experiments on threads and the real clock")
+    _experiments_cli.experiments_arguments(experiments)
+    experiments.set_defaults(handler=_experiments_cli.cmd_experiments)
+
+    replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
+    _experiments_cli.replay_arguments(replay)
+    replay.set_defaults(handler=_experiments_cli.cmd_replay)
     return parser
 
 

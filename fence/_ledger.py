@@ -17,6 +17,11 @@ Rules of this module:
   raises ``IllegalMove`` naming the move and the state, and changes nothing.
 * A unit is held by every reservation that is not ``UNUSED``. ``UNUSED`` is the
   only way back to the pool and it is terminal, so no unit is freed twice.
+  That is quota semantics, the default. ``Ledger(capacity, slots=True)`` is the
+  one exception, for fleets whose units are concurrency slots rather than a
+  quota: there a ``confirmed`` or ``confirmed_existing`` reservation also stops
+  holding its unit, because its work is finished. Both are terminal, so even
+  then no unit is freed twice.
 * Workers address the ledger by idempotency key and attempt identity, as a
   real ledger keyed by job would. The ledger checks that the caller owns the
   key's *current* reservation, so a late confirm from a stale attempt cannot
@@ -78,6 +83,8 @@ TRANSITIONS: dict[ReservationState, dict[Move, ReservationState]] = {
 del S
 
 HOLDING_STATES = frozenset(s for s in ReservationState if s is not ReservationState.UNUSED)
+FINISHED_STATES = frozenset({ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING})
+"""States whose work is done: with ``Ledger(slots=True)`` they give their unit back."""
 OWNER_MOVES = frozenset({Move.CONFIRM, Move.CONFIRM_EXISTING})
 
 
@@ -110,10 +117,12 @@ def transitions_mermaid() -> str:
 class Ledger:
     """N capacity units, and every reservation ever made against them."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, *, slots: bool = False) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")
         self.capacity = capacity
+        self.slots = slots
+        """True: a finished (confirmed) reservation gives its unit back; False: quota."""
         self._reservations: dict[str, Reservation] = {}
         self._current_by_key: dict[str, str] = {}
         self._count_by_key: dict[str, int] = {}
@@ -131,9 +140,15 @@ class Ledger:
         reservation_id = self._current_by_key.get(key)
         return None if reservation_id is None else self._reservations[reservation_id]
 
+    def holds(self, reservation: Reservation) -> bool:
+        """Does this reservation take a unit out of the pool (see ``slots``)?"""
+        if self.slots and reservation.state in FINISHED_STATES:
+            return False
+        return reservation.holds_unit
+
     @property
     def held(self) -> int:
-        return sum(1 for r in self._reservations.values() if r.holds_unit)
+        return sum(1 for r in self._reservations.values() if self.holds(r))
 
     @property
     def free(self) -> int:
@@ -181,7 +196,7 @@ class Ledger:
             )
         moved = replace(reservation, state=target)
         self._reservations[reservation_id] = moved
-        if not moved.holds_unit:
+        if self.holds(reservation) and not self.holds(moved):
             self.units_freed[reservation_id] = self.units_freed.get(reservation_id, 0) + 1
         return moved
 

@@ -1,0 +1,216 @@
+"""fence experiments: the article's counts and orderings, on real threads, at the quick lease."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from fence import _realclock
+from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
+
+pytestmark = pytest.mark.realclock
+
+TRIALS = 5
+LEASE = QUICK_LEASE
+FENCE = [sys.executable, "-m", "fence._cli"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*FENCE, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def _by_label(variants):
+    return {v.label: v for v in variants}
+
+
+@pytest.fixture(scope="module")
+def crash():
+    return _by_label(_realclock.crash_boundary(TRIALS, LEASE))
+
+
+@pytest.fixture(scope="module")
+def delayed():
+    return _by_label(_realclock.delayed_commit(TRIALS, LEASE))
+
+
+@pytest.fixture(scope="module")
+def contention():
+    return _by_label(_realclock.contention(QUICK_SWEEP_TRIALS, LEASE))
+
+
+def _kinds(trial, kind, lane=None):
+    return [e for e in trial.events if e.kind == kind and (lane is None or e.lane == lane)]
+
+
+@pytest.mark.parametrize(
+    "label, duplicates, with_effect, returned",
+    [
+        ("POLICY=naive CRASH=after-effect", TRIALS, TRIALS, TRIALS),
+        ("POLICY=naive CRASH=before-effect", 0, 0, TRIALS),
+        ("POLICY=reconcile CRASH=after-effect", 0, 0, 0),
+        ("POLICY=reconcile CRASH=before-effect", 0, 0, TRIALS),
+    ],
+)
+def test_crash_boundary_counts_match_the_article(crash, label, duplicates, with_effect, returned):
+    """Naive writes twice and frees a unit whose effect exists after every late crash; reconcile never does."""
+    variant = crash[label]
+    assert variant.totals == {
+        "duplicate_writes_total": duplicates,
+        "capacity_returned_while_effect_exists": with_effect,
+        "capacity_returned": returned,
+    }
+    assert variant.differences == []
+    assert all(t.settled for t in variant.trials)
+    assert f"duplicate_writes_total={duplicates} " in variant.summary
+
+
+def test_crash_boundary_naive_order_is_effect_crash_expiry_release_retry(crash):
+    """In each naive after-effect trial the effect lands, the worker crashes, the lease expires, the unit returns, the retry writes again."""
+    for trial in crash["POLICY=naive CRASH=after-effect"].trials:
+        t = trial.times
+        assert t["effect"] <= t["crash"] < t["expiry"] <= t["released"] < t["retry"]
+        assert t["expiry"] >= LEASE, "the janitor waited at least the lease"
+        effects = _kinds(trial, "effect", "destination")
+        assert [e.label.split()[0] for e in effects] == ["job1#1", "job1#2"]
+
+
+def test_crash_boundary_reconcile_settles_existing_without_retry(crash):
+    """Reconcile after a late crash finds the key and settles confirmed_existing; no retry ever starts."""
+    for trial in crash["POLICY=reconcile CRASH=after-effect"].trials:
+        settles = _kinds(trial, "settle", "janitor")
+        assert len(settles) == 1 and "confirmed_existing" in settles[0].label
+        assert trial.times["retry"] is None and trial.counts["retried"] == 0
+
+
+@pytest.mark.parametrize(
+    "mode, duplicates, early, released",
+    [
+        ("naive", TRIALS, TRIALS, TRIALS),
+        ("reconcile", TRIALS, TRIALS, TRIALS),
+        ("fenced", 0, TRIALS, TRIALS),
+        ("witness", 0, 0, 0),
+        ("abandon", 0, 0, TRIALS),
+    ],
+)
+def test_delayed_commit_counts_match_the_article(delayed, mode, duplicates, early, released):
+    """Naive/reconcile duplicate and release early, fenced only releases early, witness and abandon do neither."""
+    variant = delayed[f"MODE={mode}"]
+    assert variant.totals == {
+        "duplicate_writes_total": duplicates,
+        "early_capacity_release": early,
+        "capacity_released": released,
+    }
+    assert variant.differences == []
+    assert all(t.settled for t in variant.trials)
+
+
+def test_delayed_commit_fenced_retry_wins_and_the_loser_wastes_its_work(delayed):
+    """Under the fence the retry commits first, the old attempt is refused after its whole workload, and that waste is reported."""
+    for trial in delayed["MODE=fenced"].trials:
+        t = trial.times
+        assert t["expiry"] <= t["released"] < t["retry"] < t["old_commit"]
+        assert [e.label for e in _kinds(trial, "refused")] == ["job1#1 already_exists"]
+        assert t["wasted"] >= 2.4 * LEASE * 0.99
+    assert "loser_wasted=none" not in delayed["MODE=fenced"].summary
+
+
+def test_delayed_commit_witness_holds_until_the_old_commit(delayed):
+    """The witness janitor holds the in-flight attempt past expiry, and the old attempt's single write counts."""
+    for trial in delayed["MODE=witness"].trials:
+        holds = _kinds(trial, "hold", "janitor")
+        assert holds and holds[0].t >= trial.times["expiry"]
+        assert trial.times["released"] is None and trial.times["retry"] is None
+        assert trial.times["old_commit"] > trial.times["expiry"]
+        assert [e.label for e in _kinds(trial, "effect")] == ["job1#1 written"]
+
+
+def test_delayed_commit_abandon_tombstones_then_frees(delayed):
+    """The abandon janitor abandons the attempt before it frees the unit, so the old commit is refused."""
+    for trial in delayed["MODE=abandon"].trials:
+        abandon = _kinds(trial, "abandon", "destination")
+        assert [e.label for e in abandon] == ["job1#1 abandoned"]
+        assert abandon[0].t <= trial.times["released"] < trial.times["retry"] < trial.times["old_commit"]
+        assert [e.label for e in _kinds(trial, "refused")] == ["job1#1 abandoned"]
+
+
+def test_contention_inheritor_waits_about_one_lease(contention):
+    """At every lease the worker that inherits the crashed unit waited at least about one lease, after the release."""
+    rows = [v for label, v in contention.items() if label != "SWEEP"]
+    assert len(rows) == len(_realclock.CONTENTION_LEASES)
+    for variant in rows:
+        assert variant.differences == []
+        for trial in variant.trials:
+            t = trial.times
+            assert trial.counts["inherited"] == 1 and trial.counts["jobs_done"] == 12
+            assert trial.counts["duplicates"] == 0
+            assert t["crash"] < t["released"] <= t["inherited_at"]
+            assert t["idle_unit"] >= variant.lease, "the unit came back only through expiry"
+            assert t["inheritor_waited"] >= 0.9 * variant.lease
+
+
+def test_contention_wait_tracks_the_lease(contention):
+    """The inheritor's median wait grows with the lease, and the sweep says so."""
+    rows = [v for label, v in contention.items() if label != "SWEEP"]
+    medians = [statistics.median(t.times["inheritor_waited"] for t in v.trials) for v in rows]
+    assert medians == sorted(medians) and len(set(medians)) == len(medians)
+    assert contention["SWEEP"].totals == {"tracks_lease": 1}
+    assert "tracks_lease=yes" in contention["SWEEP"].summary
+
+
+def test_cli_writes_evidence_with_its_header(tmp_path):
+    """fence experiments prints trial and SUMMARY lines and writes them with command, date and versions."""
+    out = tmp_path / "ev"
+    result = run("experiments", "--quick", "--only", "crash-boundary", "--trials", "1", "--out", str(out), "--no-pictures")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("SUMMARY ") == 4
+    text = (out / "crash-boundary.quick.txt").read_text()
+    header = [line for line in text.splitlines() if line.startswith("# ")]
+    assert [h.split(":")[0] for h in header] == ["# command", "# date", "# python", "# packages", "# machine"]
+    assert "fence experiments --quick --trials 1 --only crash-boundary" in header[0]
+    assert "hypothesis" in header[3]
+    assert text.count("SUMMARY ") == 4
+    assert sorted(p.name for p in out.iterdir()) == ["crash-boundary.quick.txt"], "no temp files left behind"
+
+
+def test_picture_is_a_png(tmp_path, crash):
+    """With matplotlib installed, an experiment's timeline is written as a PNG beside the text."""
+    pytest.importorskip("matplotlib")
+    from fence import _pictures
+
+    path = _pictures.draw("crash-boundary", list(crash.values()), tmp_path / "crash.png", "test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crash.png"]
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--only", "bogus"], "invalid choice"),
+        (["--trials", "0"], "at least 1 trial"),
+        (["--trials", "many"], "whole number"),
+        (["--lease", "-1"], "positive number of seconds"),
+        (["--lease", "nan"], "positive number of seconds"),
+        (["--lease", "0"], "positive number of seconds"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):
+    """Each bad option names the problem on one line, exits 2, prints no traceback and writes nothing."""
+    out = tmp_path / "ev"
+    result = run("experiments", *args, "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_out_that_is_a_file_is_one_line_and_exit_2(tmp_path):
+    """An --out that names a file is refused before any trial runs."""
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    result = run("experiments", "--quick", "--out", str(target))
+    assert result.returncode == 2 and "is a file" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and target.read_text() == "keep me"
