@@ -9,8 +9,14 @@ The public surface. The private modules each own one concern:
 * ``_world``        the model world every engine drives (workers, network, clock)
 * ``_invariants``   the named invariants and the dangerous interleavings
 * ``_verdicts``     Hypothesis runs turned into a verdict matrix
+* ``_minimise``     a found counterexample cut short on the same world
 * ``_counterexample`` steps, Mermaid and JSON forms of a counterexample; replay
-* ``_cli``          the ``fence`` command
+* ``_bench``        benchmarks that write their figures into evidence/
+* ``_realclock``    the only module with real threads and the monotonic clock:
+                    the article's experiments and the real-clock replay
+* ``_pictures``     timelines of the experiments (matplotlib, optional)
+* ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
+* ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
 """
 
 from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
