@@ -50,12 +50,17 @@ def _panel(ax, title: str, events: list[Event]) -> None:
         if reserved is not None:
             retry = not attempt.endswith("#1")
             ax.plot(reserved, y[lane], marker=">", color="tab:purple" if retry else "0.3", ms=7)
-            if retry:
-                ax.annotate("retry", (reserved, y[lane]), xytext=(0, 7), textcoords="offset points", fontsize=7, color="tab:purple")
             label = next(e.label for e in mine if e.kind == "reserve")
-            if "inheriting" in label:
-                ax.annotate("inherits the crashed unit", (reserved, y[lane]), xytext=(0, 7),
-                            textcoords="offset points", fontsize=7, color="tab:red")
+            # One label per reservation: two stacked at one point overprint each other.
+            # The unit an heir gets was released by the janitor; its owner may have
+            # crashed (crash boundary, contention) or may still be working (delayed commit).
+            inherits = "inheriting" in label
+            text = ("retry, on the released unit" if retry else "inherits the released unit") if inherits else (
+                "retry" if retry else None
+            )
+            if text:
+                ax.annotate(text, (reserved, y[lane]), xytext=(0, 7), textcoords="offset points", fontsize=7,
+                            color="tab:red" if inherits else "tab:purple")
         for e in mine:
             if e.kind == "crash":
                 ax.plot(e.t, y[lane], marker="X", color="black", ms=9)

@@ -149,3 +149,14 @@ def test_the_drain_retries_a_job_whose_attempts_ran_out_even_with_a_warm_cache()
     world.enabled("retry")  # what the machine's last precondition check did
     assert world.drain()
     assert BY_NAME["everything_settles"].check(world) is None
+
+
+def test_thorough_path_reports_hypothesis_shrink_and_keeps_the_shorter_trace():
+    """With hypothesis_shrink, a violated cell records Hypothesis' shrunk length and is never longer."""
+    result = survey_config(
+        POLICIES["naive"], ModelConfig(), run_settings=profile_settings(100, 30), hypothesis_shrink=True
+    )
+    example = result.counterexamples["no_duplicate_writes"]
+    assert example.hypothesis_steps is not None
+    assert example.rule_steps <= min(example.hypothesis_steps, example.found_steps)
+    assert "its shrinker cut one to" in _counterexample.steps_text(example)
