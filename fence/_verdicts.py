@@ -63,6 +63,8 @@ class Counterexample:
     """Chosen steps of the run Hypothesis found, before minimising."""
     hypothesis_steps: int | None = None
     """Chosen steps after Hypothesis' own shrink, when that was asked for."""
+    shortest_steps: int | None = None
+    """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
 
     @property
     def rule_steps(self) -> int:
