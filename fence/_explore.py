@@ -391,3 +391,110 @@ def shortest(
         stop_when_all_violated=True,
     )
     return found.results[inv.name].counterexample
+
+
+# -- two processes, reports ----------------------------------------------------------------
+def _explore_task(arguments) -> Exploration:
+    policy, config, names, options = arguments
+    chosen = tuple(inv for inv in INVARIANTS if inv.name in names)
+    return explore(policy, config, invariants=chosen, **options)
+
+
+def explore_with_workers(policy: JanitorPolicy, config: ModelConfig, *, workers: int = 1, **options) -> Exploration:
+    """``explore``, with ``workers >= 2`` splitting the invariants over two processes.
+
+    The breadth-first search itself is one sequential walk; what parallelises is
+    the judging: one process walks the graph checking the step invariants, the
+    other walks the same graph and drains every state for invariant 6 (the drain
+    is most of the work). Both walks see the same states in the same order, so
+    the figures are those of one walk; the seconds are the slower one's.
+    """
+    if workers < 2:
+        return explore(policy, config, **options)
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        pickle.dumps((policy, options))
+    except Exception:  # a user's policy that does not pickle: one process
+        return explore(policy, config, **options)
+    step = {inv.name for inv in INVARIANTS if not inv.at_teardown}
+    teardown = {inv.name for inv in INVARIANTS if inv.at_teardown}
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        first, second = pool.map(_explore_task, [(policy, config, step, options), (policy, config, teardown, options)])
+    merged = first
+    merged.results = {inv.name: (first.results.get(inv.name) or second.results[inv.name]) for inv in INVARIANTS}
+    merged.seconds = max(first.seconds, second.seconds)
+    merged.drains_unsettled = second.drains_unsettled
+    if second.stopped_by and not merged.stopped_by:
+        merged.stopped_by = second.stopped_by
+    merged.exhausted = first.exhausted and second.exhausted
+    return merged
+
+
+def describe_bounds(found: Exploration) -> str:
+    config = found.config
+    text = (
+        f"{config.capacity} unit(s) x {config.jobs} job(s) x {config.max_attempts} attempt(s), "
+        f"lease {config.lease}, horizon {config.horizon}, {config.janitors} janitor(s)"
+    )
+    if found.max_depth is not None:
+        text += f", at most {found.max_depth} chosen steps"
+    return text + (", jobs symmetric" if found.symmetry else "")
+
+
+def report_text(found: Exploration) -> str:
+    lines = [f"policy {found.policy.name}, bounds: {describe_bounds(found)}"]
+    if found.exhausted:
+        scope = "the state space under these bounds was exhausted"
+    elif found.stopped_by:
+        scope = f"the {found.stopped_by.replace('_', ' ')} ran out before the state space was exhausted"
+    else:
+        scope = f"every run of at most {found.max_depth} chosen steps was checked (deeper states remain)"
+    lines.append(
+        f"{found.states} distinct states, {found.transitions} transitions, depth {found.depth}, "
+        f"{found.seconds:.1f}s, {found.states_per_second:.0f} states/s; {scope}"
+    )
+    for name, item in found.results.items():
+        text = f"  {item.invariant.label}: {item.outcome.value.upper()}"
+        if item.depth is not None:
+            text += f" (shortest counterexample: {item.depth} chosen steps)"
+        lines.append(text)
+    danger_text = ", ".join(f"{d.name} x{found.reached[d.name]}" for d in required_dangers(found.policy))
+    lines.append(f"dangers reached (transitions): {danger_text}")
+    missing = found.missing_dangers()
+    if missing:
+        lines.append("NOT REACHED: " + ", ".join(missing) + " (a proof under these bounds says little)")
+    if found.drains_unsettled:
+        lines.append(f"{found.drains_unsettled} drain(s) found no fixed point")
+    return "\n".join(lines)
+
+
+def to_json(found: Exploration) -> dict:
+    from fence import _counterexample
+
+    return {
+        "policy": found.policy.name,
+        "config": {
+            "capacity": found.config.capacity, "jobs": found.config.jobs,
+            "max_attempts": found.config.max_attempts, "lease": found.config.lease,
+            "horizon": found.config.horizon, "janitors": found.config.janitors,
+        },
+        "max_depth": found.max_depth,
+        "symmetry": found.symmetry,
+        "outcome": found.outcome().value,
+        "verdicts": {name: item.outcome.value for name, item in found.results.items()},
+        "shortest_steps": {name: item.depth for name, item in found.results.items() if item.depth is not None},
+        "counterexamples": {
+            name: _counterexample.to_json(item.counterexample)
+            for name, item in found.results.items() if item.counterexample
+        },
+        "states": found.states,
+        "transitions": found.transitions,
+        "depth": found.depth,
+        "seconds": round(found.seconds, 3),
+        "states_per_second": round(found.states_per_second),
+        "exhausted": found.exhausted,
+        "stopped_by": found.stopped_by,
+        "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy)},
+    }
