@@ -319,9 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--capacity", type=_positive, default=1, help="units (default 1)")
     explore.add_argument("--jobs", type=_positive, help="jobs (default: --capacity)")
     explore.add_argument("--attempts", type=_positive, default=3, help="attempts per job (default 3)")
-    explore.add_argument("--horizon", type=_non_negative, help="clock horizon in ticks (default: the explorer's)")
+    explore.add_argument("--horizon", type=_zero_or_more, help="clock horizon in ticks (default: the explorer's)")
     explore.add_argument("--lease", type=_positive, default=ModelConfig.lease, help="lease in ticks")
-    explore.add_argument("--max-depth", type=_non_negative, help="at most this many chosen steps per run")
+    explore.add_argument("--max-depth", type=_zero_or_more, help="at most this many chosen steps per run")
     explore.add_argument("--max-states", type=_positive, help="budget: stop (undetermined) after this many states")
     explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
@@ -338,6 +338,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt)")
     bench.set_defaults(handler=cmd_bench)
     return parser
+
+
+def _zero_or_more(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
+    return value
 
 
 def _positive_seconds(text: str) -> float:
