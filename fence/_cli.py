@@ -331,7 +331,12 @@ def build_parser() -> argparse.ArgumentParser:
     explore.set_defaults(handler=cmd_explore)
 
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
-    bench.add_argument("what", choices=["detection"], help="detection: each expected violation over many seeds")
+    bench.add_argument(
+        "what", choices=["detection", "explorer"],
+        help="detection: each expected violation over many seeds; explorer: states/s and time to exhaust",
+    )
+    bench.add_argument("--policy", action="append", help="explorer: only this policy (repeatable)")
+    bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
     bench.add_argument("--workers", type=_positive, default=2, help="processes")
@@ -404,6 +409,12 @@ def cmd_bench(args) -> int:
     examples, steps, _shrink = PROFILES[args.profile]
     out = Path(args.out or f"evidence/{args.what}.txt")
     command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench {args.what}"
+    if args.what == "explorer":
+        names = args.policy or list(POLICIES)
+        unknown = [name for name in names if name not in POLICIES]
+        if unknown:
+            raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
+        return _bench.explorer(names, args.time_budget, args.workers, command, out)
     return _bench.detection(args.seeds, examples, steps, args.workers, command, out)
 
 
