@@ -1,8 +1,10 @@
 """The ``fence`` command: verdicts for the built-in policies, or a check of yours.
 
 Exit status: 0 when the verdicts are what they should be (``verdicts``: equal to
-the committed expected file; ``check``: the policy holds every invariant), 1 when
-not, 2 for bad input -- always one line on stderr, never a traceback.
+the committed expected file; ``check``: the policy holds every invariant;
+``explore``: every invariant proved within the bounds), 1 when not, 3 when
+``explore`` ran out of its budget of states or time (undetermined, never a
+pass), 2 for bad input -- always one line on stderr, never a traceback.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ def _run(policies: list[JanitorPolicy], args, destination=None) -> list[PolicyRe
         "seed": args.seed,
         "destination_factory": destination,
         "hypothesis_shrink": shrink,
+        "explorer_shortest": getattr(args, "shortest", False),
     }
     configs = _configs(args)
     # One task per policy and configuration, so both cores stay busy to the end.
@@ -298,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     common(verdicts)
     verdicts.add_argument("--policy", action="append", help="only this policy (repeatable)")
     verdicts.add_argument("--expected", help="expected-verdicts file (default: the committed one)")
+    verdicts.add_argument(
+        "--shortest", action="store_true",
+        help="replace each minimised counterexample by the explorer's shortest (slower)",
+    )
     verdicts.set_defaults(handler=cmd_verdicts)
 
     check = sub.add_parser("check", help="run the machines on your policy: MODULE:ATTR")
@@ -309,13 +316,33 @@ def build_parser() -> argparse.ArgumentParser:
     probe = sub.add_parser("probe-sdk", help="check the strands-agents behaviours fence relies on")
     probe.set_defaults(handler=_cmd_probe_sdk)
 
+    explore = sub.add_parser("explore", help="walk every interleaving of one policy within bounds")
+    explore.add_argument("--policy", default="abandon-fenced", help="a built-in name or MODULE:ATTR")
+    explore.add_argument("--capacity", type=_positive, default=1, help="units (default 1)")
+    explore.add_argument("--jobs", type=_positive, help="jobs (default: --capacity)")
+    explore.add_argument("--attempts", type=_positive, default=3, help="attempts per job (default 3)")
+    explore.add_argument("--horizon", type=_zero_or_more, help="clock horizon in ticks (default: the explorer's)")
+    explore.add_argument("--lease", type=_positive, default=ModelConfig.lease, help="lease in ticks")
+    explore.add_argument("--max-depth", type=_zero_or_more, help="at most this many chosen steps per run")
+    explore.add_argument("--max-states", type=_positive, help="budget: stop (undetermined) after this many states")
+    explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
+    explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
+    explore.add_argument("--workers", type=_positive, default=1, help="2: the drain-judged invariant in a second process")
+    explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    explore.add_argument("--out", default="evidence/counterexamples/explorer", help="where counterexamples go")
+    explore.set_defaults(handler=cmd_explore)
+
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
-    bench.add_argument("what", choices=["detection"], help="detection: each expected violation over many seeds")
+    bench.add_argument(
+        "what", choices=["detection", "explorer"],
+        help="detection: each expected violation over many seeds; explorer: states/s and time to exhaust",
+    )
+    bench.add_argument("--policy", action="append", help="only this built-in policy (repeatable)")
+    bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
     bench.add_argument("--workers", type=_positive, default=2, help="processes")
     bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt)")
-    bench.add_argument("--policy", action="append", choices=list(POLICIES), help="only this built-in policy (repeatable)")
     bench.set_defaults(handler=cmd_bench)
 
     from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
@@ -330,12 +357,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _zero_or_more(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
+def cmd_explore(args) -> int:
+    """Exit 0: every invariant proved; 1: one violated; 3: a budget ran out first."""
+    from fence import _explore
+
+    policy = load_policy(args.policy)
+    horizon = args.horizon if args.horizon is not None else _explore.EXPLORER_HORIZON
+    config = ModelConfig(
+        capacity=args.capacity,
+        jobs=args.jobs if args.jobs is not None else args.capacity,
+        max_attempts=args.attempts,
+        lease=args.lease,
+        horizon=horizon,
+    )
+    problem = config.problem()
+    if problem:
+        raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
+    found = _explore.explore_with_workers(
+        policy,
+        config,
+        workers=args.workers,
+        max_depth=args.max_depth,
+        max_states=args.max_states,
+        time_budget=args.time_budget,
+        symmetry=args.symmetry,
+    )
+    out = Path(args.out)
+    written = []
+    for item in found.results.values():
+        if item.counterexample:
+            written.extend(_counterexample.write(item.counterexample, out))
+    if args.json:
+        print(json.dumps(_explore.to_json(found), indent=2))
+    else:
+        print(_explore.report_text(found))
+        for item in found.results.values():
+            if item.counterexample:
+                print()
+                print(_counterexample.steps_text(item.counterexample))
+        if written:
+            print(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
+    outcome = found.outcome()
+    return {_explore.Outcome.PROVED: 0, _explore.Outcome.VIOLATED: 1, _explore.Outcome.UNDETERMINED: 3}[outcome]
+
+
 def cmd_bench(args) -> int:
     from fence import _bench
 
     examples, steps, _shrink = PROFILES[args.profile]
     out = Path(args.out or f"evidence/{args.what}.txt")
     command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench {args.what}"
+    names = args.policy or list(POLICIES)
+    unknown = [name for name in names if name not in POLICIES]
+    if unknown:
+        raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
+    if args.what == "explorer":
+        return _bench.explorer(names, args.time_budget, args.workers, command, out)
     return _bench.detection(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
 
 

@@ -45,7 +45,12 @@ def _provenance(example: Counterexample) -> str:
         text += f" (Hypothesis found a run of {example.found_steps}"
         if example.hypothesis_steps is not None:
             text += f", its shrinker cut one to {example.hypothesis_steps}"
-        text += "; fence minimised it on the same model)"
+        text += "; fence minimised it on the same model"
+        if example.shortest_steps is not None:
+            text += f"; the explorer's shortest is {example.shortest_steps}"
+        text += ")"
+    elif example.shortest_steps is not None:
+        text += " (the explorer's shortest: breadth first over every interleaving)"
     return text
 
 
@@ -84,6 +89,7 @@ def to_json(example: Counterexample) -> dict:
         "rule_steps": example.rule_steps,
         "found_steps": example.found_steps,
         "hypothesis_steps": example.hypothesis_steps,
+        "shortest_steps": example.shortest_steps,
         "steps": [
             {**step.action.to_dict(), "drain": step.drain, "sentence": step.sentence}
             for step in example.steps

@@ -172,6 +172,13 @@ class TicketService:
             self._attempts[attempt_id] = AttemptState.REFUSED
         return result
 
+    def clone(self) -> TicketService:
+        """An independent copy in the same state (effects are frozen, so shared)."""
+        other = TicketService.__new__(TicketService)
+        other.__dict__.update({name: (value.copy() if isinstance(value, (dict, list)) else value)
+                               for name, value in self.__dict__.items()})
+        return other
+
     def snapshot(self) -> tuple:
         """A hashable picture of the destination, for state fingerprints."""
         return (

@@ -129,6 +129,13 @@ class Ledger:
         self.units_freed: dict[str, int] = {}
         """How many times each reservation returned its unit (must stay <= 1)."""
 
+    def copy(self) -> Ledger:
+        """An independent ledger in the same state (reservations are frozen, so shared)."""
+        other = Ledger.__new__(Ledger)
+        other.__dict__.update({name: (dict(value) if isinstance(value, dict) else value)
+                               for name, value in self.__dict__.items()})
+        return other
+
     # -- reading ---------------------------------------------------------------
     def get(self, reservation_id: str) -> Reservation:
         return self._reservations[reservation_id]

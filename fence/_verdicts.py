@@ -21,7 +21,7 @@ import enum
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
@@ -63,6 +63,8 @@ class Counterexample:
     """Chosen steps of the run Hypothesis found, before minimising."""
     hypothesis_steps: int | None = None
     """Chosen steps after Hypothesis' own shrink, when that was asked for."""
+    shortest_steps: int | None = None
+    """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
 
     @property
     def rule_steps(self) -> int:
@@ -161,6 +163,7 @@ def survey_config(
     seed: int | None = None,
     destination_factory: Callable[[Guards], Destination] | None = None,
     hypothesis_shrink: bool = False,
+    explorer_shortest: bool = False,
 ) -> ConfigResult:
     """One Hypothesis run of every invariant on one configuration, each violation minimised."""
     problem = config.problem()
@@ -177,7 +180,8 @@ def survey_config(
         result.reached = Counter(machine.reached)
         for name, violation in survey.violations.items():
             result.counterexamples[name] = _counterexample_for(
-                policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result
+                policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result,
+                explorer_shortest,
             )
             result.first_found_at_example[name] = survey.first_found_at_example[name]
     except Exception as crash:  # a user's policy or destination raised
@@ -229,10 +233,21 @@ def judge(
     return combine(policy, [survey_config(policy, config, **options) for config in configs])
 
 
+EXPLORER_BUDGET_SECONDS = 20.0
+"""How long ``explorer_shortest`` may search for one cell's shortest counterexample."""
+
+
 def _counterexample_for(
-    policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result
+    policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result,
+    explorer_shortest=False,
 ) -> Counterexample:
-    """Minimise a surveyed violation (and, if asked, Hypothesis' own shrink of it)."""
+    """Minimise a surveyed violation (and, if asked, Hypothesis' own shrink of it).
+
+    With ``explorer_shortest``, the explorer then searches breadth first, at the
+    same configuration and no deeper than the minimised trace, for a shortest
+    trace breaking the same invariant; if it finds one within
+    ``EXPLORER_BUDGET_SECONDS`` it replaces the minimised one (both lengths kept).
+    """
     inv = violation.invariant
     found = _chosen_actions(violation.trace)
     try:
@@ -253,7 +268,7 @@ def _counterexample_for(
                 other = None
             if other is not None and (best is None or len(other.actions) < len(best.actions)):
                 best, message, steps = other, other.message, tuple(other.world.trace)
-    return Counterexample(
+    example = Counterexample(
         policy.name,
         config,
         inv.name,
@@ -262,6 +277,20 @@ def _counterexample_for(
         found_steps=len(found),
         hypothesis_steps=hypothesis_steps,
     )
+    if explorer_shortest:
+        from fence._explore import shortest
+
+        bound = example.rule_steps
+        found_shortest = shortest(
+            policy, config, inv, max_depth=bound, max_states=None,
+            time_budget=EXPLORER_BUDGET_SECONDS, destination_factory=destination_factory,
+        )
+        if found_shortest is not None and found_shortest.rule_steps <= bound:
+            example = replace(
+                example, message=found_shortest.message, steps=found_shortest.steps,
+                shortest_steps=found_shortest.rule_steps,
+            )
+    return example
 
 
 def judge_all(

@@ -1,0 +1,500 @@
+"""The exhaustive explorer: every interleaving of the one model, breadth first.
+
+Theory of operation
+-------------------
+The explorer drives the same ``World`` the Hypothesis machines drive (the same
+ledger, janitor policies, destination code and enabled actions); it only picks
+differently: from each state it takes *every* enabled action, breadth first, and
+remembers each state it has seen by a compact key so that no state is expanded
+twice. Under the bounds of a ``ModelConfig`` (units, jobs, attempts per job,
+lease, clock horizon) the reachable state space is finite: the clock never
+passes the horizon and a job never makes more than ``max_attempts`` attempts.
+The janitor's probe/settle "hold" loop revisits states, which the key absorbs.
+
+The state key
+    ``state_key`` is ``World.fingerprint()`` with two changes. (a) Orders that
+    the drain reads are kept: the network in send order (``fingerprint`` sorts
+    it), and each janitor's evidence in insertion order, because the drain
+    delivers ``network[0]`` first and settles evidence in dict order; the
+    destination's per-attempt witness map is order-free and kept as a set.
+    (b) The deadline of a reservation that is no longer ``reserved`` is dropped,
+    and an expired ``reserved`` deadline is written as "expired": the model
+    reads a deadline only through ``expired(now)`` of a ``reserved``
+    reservation (scan, the drain's tick, the commit-after-expiry counter), and
+    once expired it stays expired because the clock only moves forward. The
+    absolute clock ``now`` stays in the key: the horizon makes ``horizon - now``
+    decide which ticks are enabled, so relative time would merge nothing. Every
+    other field of the world the future depends on (attempts used, reservation
+    ownership, the ledger's current reservation per key, the destination's
+    first payload per key) is a function of what the key holds.
+
+History, and why checking each transition is exact
+    Invariants 2, 3, 5 and 7 read history: release records, late effects,
+    stale changes, silent replays. The key leaves history out, so two paths to
+    one state may carry different records. The explorer therefore never
+    carries history: each successor is made by ``World.clone(history=False)``
+    and one ``apply``, and every step invariant is checked on it at once. What
+    a transition records (a release record's ``unaccounted_effects`` and
+    ``owner_could_still_write``, a late effect, a stale change, a silent
+    replay) is computed from the state before it and the action alone, and the
+    records are append-only, so a run breaks an invariant at its first
+    transition that records a bad fact or enters a state whose present part is
+    bad (two effects for a key, more live attempts than units, units held
+    twice). Every transition out of every reachable state is taken, so every
+    such transition is found; breadth first, the first found is at the least
+    depth, and the parent pointers give a shortest counterexample (fewest
+    chosen steps). The same argument counts the "sometimes" dangers: each is
+    counted by the transition that reaches it.
+
+Invariant 6 (everything_settles), a teardown invariant
+    is checked per reachable state by the model's own fault-free drain on a
+    clone: ``clone(history=False).drain()``, then the invariant's check, exactly
+    what a Hypothesis run does at teardown after its chosen steps. The drain is
+    deterministic given the state, and the key keeps every order the drain
+    reads, so one drain per distinct key decides it for every path to that
+    state. A violation's counterexample is the shortest path to the first such
+    state, followed by its drain.
+
+Symmetry
+    With ``symmetry=True`` the key is the least of the keys under every
+    renaming of the jobs (job1 <-> job2 ...): the rules treat jobs alike, so
+    renamed states have renamed futures and the step invariants, which never
+    name a job, agree on them. Capacity units carry no names in the model (a
+    count), and attempts of one job are not interchangeable (the newest one is
+    the ledger's current reservation), so jobs are the symmetry there is. One
+    caveat, measured rather than proved: the drain visits jobs in a fixed
+    order, so invariant 6 on one representative of an orbit stands for the
+    others only if the drain's verdict does not depend on that order; the
+    tests compare verdicts with and without symmetry.
+
+Verdicts
+    PROVED: the state space under the bounds was exhausted (or, with
+    ``max_depth``, every run of at most that many chosen steps was checked) and
+    nothing broke. VIOLATED: with the shortest counterexample. UNDETERMINED: a
+    budget of states or seconds ran out before the space was exhausted, never a
+    pass. Invariants are judged independently, so a violated invariant does not
+    stop the search for the others.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+from fence._destination import Destination, Guards, TicketService
+from fence._invariants import INVARIANTS, Invariant, required_dangers
+from fence._ledger import ReservationState
+from fence._minimise import replay_actions
+from fence._policies import JanitorPolicy
+from fence._verdicts import Counterexample
+from fence._world import Action, ModelConfig, Phase, World, _destination_snapshot
+
+# The explorer's default clock horizon: small enough that 2 units x 2 jobs is
+# exhausted in seconds, long enough for a lease to expire twice and for a retry
+# to expire again (see the README's "Exhaustive explorer" for measured figures).
+EXPLORER_HORIZON = 6
+
+
+class Outcome(enum.Enum):
+    PROVED = "proved"
+    VIOLATED = "violated"
+    UNDETERMINED = "undetermined"
+
+
+@dataclass
+class InvariantResult:
+    invariant: Invariant
+    outcome: Outcome
+    counterexample: Counterexample | None = None
+    depth: int | None = None
+    """Chosen steps of the shortest counterexample."""
+
+
+@dataclass
+class Exploration:
+    policy: JanitorPolicy
+    config: ModelConfig
+    max_depth: int | None
+    symmetry: bool
+    results: dict[str, InvariantResult] = field(default_factory=dict)
+    states: int = 0
+    transitions: int = 0
+    depth: int = 0
+    """The deepest level of chosen steps expanded."""
+    seconds: float = 0.0
+    exhausted: bool = False
+    """True when no unexplored state is left under the config (and depth) bounds."""
+    stopped_by: str | None = None
+    """'max_states' or 'time_budget' when a budget ran out."""
+    reached: Counter = field(default_factory=Counter)
+    """Per danger: how many transitions reached it."""
+    drains_unsettled: int = 0
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds else 0.0
+
+    def missing_dangers(self) -> list[str]:
+        return [d.name for d in required_dangers(self.policy) if self.reached[d.name] == 0]
+
+    def outcome(self) -> Outcome:
+        """The policy's overall outcome: violated beats undetermined beats proved."""
+        outcomes = {r.outcome for r in self.results.values()}
+        for worst in (Outcome.VIOLATED, Outcome.UNDETERMINED):
+            if worst in outcomes:
+                return worst
+        return Outcome.PROVED
+
+
+# -- the state key --------------------------------------------------------------------
+def state_key(world: World) -> tuple:
+    """A hashable picture of everything the world's future depends on (see above).
+
+    Enum members stand for themselves (reading ``.value`` costs more than hashing).
+    """
+    now = world.now
+    reserved = ReservationState.RESERVED
+    ledger = tuple(
+        (r.reservation_id, r.owner, r.state, (r.deadline if r.deadline > now else -1) if r.state is reserved else None)
+        for r in world.ledger._reservations.values()
+    )
+    in_flight = {m.attempt for m in world.network}
+    destination = world.destination
+    if type(destination) is TicketService:
+        dest = (tuple(destination._effects), frozenset(destination._attempts.items()))
+    else:
+        dest = _destination_snapshot(destination)
+    return (
+        now,
+        ledger,
+        dest,
+        tuple(
+            (a.handle, None) if a.phase in _DEAD and a.handle not in in_flight
+            else (a.handle, a.phase, a.ack, a.wrote, a.payload)
+            for a in world.attempts.values()
+        ),
+        tuple((m.kind, m.attempt, m.result) for m in world.network),
+        tuple(world.retry_queue),
+        tuple(tuple(e.items()) for e in world.evidence),
+    )
+
+
+_DEAD = frozenset({Phase.CRASHED, Phase.DONE})
+_JOB = re.compile(r"job\d+")
+
+
+def _symmetric_key(world: World, renamings: list[dict[str, str]]) -> str:
+    text = repr(state_key(world))
+    return min(_JOB.sub(lambda m, r=r: r[m.group(0)], text) for r in renamings)
+
+
+def _renamings(jobs: list[str]) -> list[dict[str, str]]:
+    return [dict(zip(jobs, perm)) for perm in itertools.permutations(jobs)]
+
+
+# -- the search ------------------------------------------------------------------------
+def explore(
+    policy: JanitorPolicy,
+    config: ModelConfig,
+    *,
+    max_depth: int | None = None,
+    max_states: int | None = None,
+    time_budget: float | None = None,
+    symmetry: bool = False,
+    invariants: tuple[Invariant, ...] = INVARIANTS,
+    destination_factory: Callable[[Guards], Destination] | None = None,
+    stop_when_all_violated: bool = False,
+) -> Exploration:
+    """Breadth-first over every enabled action; a verdict per invariant."""
+    started = time.perf_counter()
+    result = Exploration(policy, config, max_depth, symmetry)
+    step_invariants = [inv for inv in invariants if not inv.at_teardown]
+    teardown_invariants = [inv for inv in invariants if inv.at_teardown]
+    found: dict[str, tuple[int, Action | None]] = {}
+    """invariant name -> (node of the state before the breaking step, that step), or (node, None)
+    for a teardown invariant broken by the drain from that node."""
+
+    renamings = _renamings(World(policy, config, destination_factory).jobs) if symmetry else None
+
+    def key_of(world: World):
+        return _symmetric_key(world, renamings) if renamings else state_key(world)
+
+    root = World(policy, config, destination_factory)
+    parents: list[tuple[int, Action] | None] = [None]
+    visited = {key_of(root): 0}
+
+    judge_drain = _DrainJudge(teardown_invariants)
+
+    def check_teardown(node: int, world: World) -> None:
+        if all(inv.name in found for inv in teardown_invariants):
+            return
+        broken, settled = judge_drain(world)
+        result.drains_unsettled += not settled
+        for name in broken:
+            found.setdefault(name, (node, None))
+
+    check_teardown(0, root)
+    frontier: list[tuple[int, World]] = [(0, root)]
+    depth = 0
+    out_of_budget = None
+    while frontier and out_of_budget is None:
+        if max_depth is not None and depth >= max_depth:
+            break
+        following: list[tuple[int, World]] = []
+        for node, world in frontier:
+            if time_budget is not None and time.perf_counter() - started > time_budget:
+                out_of_budget = "time_budget"
+                break
+            if max_states is not None and len(parents) >= max_states:
+                out_of_budget = "max_states"
+                break
+            for action in world.enabled_actions():
+                child = world.clone(history=False)
+                child.apply(action)
+                result.transitions += 1
+                if child.reached:
+                    result.reached.update(child.reached)
+                for inv in step_invariants:
+                    if inv.name not in found and inv.check(child):
+                        found[inv.name] = (node, action)
+                key = key_of(child)
+                if key in visited:
+                    continue
+                child_node = len(parents)
+                visited[key] = child_node
+                parents.append((node, action))
+                child.reached.clear()
+                following.append((child_node, child))
+                check_teardown(child_node, child)
+            if stop_when_all_violated and len(found) == len(invariants):
+                out_of_budget = out_of_budget or "all_violated"
+                break
+        else:
+            depth += 1
+            frontier = following
+            continue
+        break
+    result.depth = depth
+    result.states = len(parents)
+    result.exhausted = out_of_budget is None and not frontier
+    result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
+    result.seconds = time.perf_counter() - started
+
+    def path_to(node: int) -> list[Action]:
+        actions: list[Action] = []
+        while parents[node] is not None:
+            node, action = parents[node]
+            actions.append(action)
+        return actions[::-1]
+
+    for inv in invariants:
+        if inv.name in found:
+            node, action = found[inv.name]
+            actions = path_to(node) + ([action] if action is not None else [])
+            result.results[inv.name] = InvariantResult(
+                inv,
+                Outcome.VIOLATED,
+                _counterexample(policy, config, inv, actions, destination_factory),
+                depth=len(actions),
+            )
+        elif out_of_budget is not None:
+            result.results[inv.name] = InvariantResult(inv, Outcome.UNDETERMINED)
+        else:
+            result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
+    return result
+
+
+class _DrainJudge:
+    """The teardown invariants after ``World.drain``, memoised by drain round.
+
+    The loop is ``World.drain``'s own (mark draining, then rounds of the model's
+    ``_drain_round`` until the fingerprint stops changing, at most ``MAX_ROUNDS``),
+    with one addition: the state at the start of each round is looked up by its
+    key and round number, and what the drain from there concluded is reused.
+    Drains from distinct states converge fast (at 1 unit x 1 job x 2 attempts,
+    15,000 states led to 401 distinct states after one round), so this saves most
+    of the drain work; ``tests/test_explore.py`` checks it against ``drain()``.
+    """
+
+    MAX_ROUNDS = 12  # World.drain's default
+
+    def __init__(self, invariants: list[Invariant]) -> None:
+        self.invariants = invariants
+        self.memo: dict[tuple, tuple[tuple[str, ...], bool]] = {}
+
+    def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
+        if not self.invariants:
+            return (), True
+        drained = world.clone(history=False)
+        drained.draining = True
+        drained._enabled_cache = None
+        seen: list[tuple] = []
+        answer = None
+        settled = False
+        for number in range(self.MAX_ROUNDS):
+            key = (state_key(drained), number)
+            answer = self.memo.get(key)
+            if answer is not None:
+                break
+            seen.append(key)
+            before = drained.fingerprint()
+            drained._drain_round()
+            if drained.fingerprint() == before:
+                settled = True
+                break
+        if answer is None:
+            broken = tuple(inv.name for inv in self.invariants if inv.check(drained))
+            answer = (broken, settled)
+        for key in seen:
+            self.memo[key] = answer
+        return answer
+
+
+def _counterexample(policy, config, inv, actions, destination_factory) -> Counterexample:
+    replayed = replay_actions(policy, config, actions, inv, destination_factory)
+    if replayed is None:  # the model is not deterministic (a destination with a mind of its own)
+        raise AssertionError(f"the explorer's path for {inv.name} does not replay: {actions}")
+    return Counterexample(
+        policy.name,
+        config,
+        inv.name,
+        replayed.message,
+        tuple(replayed.world.trace),
+        shortest_steps=len(replayed.actions),
+    )
+
+
+def shortest(
+    policy: JanitorPolicy,
+    config: ModelConfig,
+    inv: Invariant,
+    *,
+    max_depth: int | None = None,
+    max_states: int | None = 200_000,
+    time_budget: float | None = None,
+    destination_factory: Callable[[Guards], Destination] | None = None,
+) -> Counterexample | None:
+    """The shortest counterexample for one invariant, or None if none within the budget."""
+    found = explore(
+        policy,
+        config,
+        max_depth=max_depth,
+        max_states=max_states,
+        time_budget=time_budget,
+        invariants=(inv,),
+        destination_factory=destination_factory,
+        stop_when_all_violated=True,
+    )
+    return found.results[inv.name].counterexample
+
+
+# -- two processes, reports ----------------------------------------------------------------
+def _explore_task(arguments) -> Exploration:
+    policy, config, names, options = arguments
+    chosen = tuple(inv for inv in INVARIANTS if inv.name in names)
+    return explore(policy, config, invariants=chosen, **options)
+
+
+def explore_with_workers(policy: JanitorPolicy, config: ModelConfig, *, workers: int = 1, **options) -> Exploration:
+    """``explore``, with ``workers >= 2`` splitting the invariants over two processes.
+
+    The breadth-first search itself is one sequential walk; what parallelises is
+    the judging: one process walks the graph checking the step invariants, the
+    other walks the same graph and drains every state for invariant 6 (the drain
+    is most of the work). Both walks see the same states in the same order, so
+    the figures are those of one walk; the seconds are the slower one's.
+    """
+    if workers < 2:
+        return explore(policy, config, **options)
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    try:
+        pickle.dumps((policy, options))
+    except Exception:  # a user's policy that does not pickle: one process
+        return explore(policy, config, **options)
+    step = {inv.name for inv in INVARIANTS if not inv.at_teardown}
+    teardown = {inv.name for inv in INVARIANTS if inv.at_teardown}
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        first, second = pool.map(_explore_task, [(policy, config, step, options), (policy, config, teardown, options)])
+    merged = first
+    merged.results = {inv.name: (first.results.get(inv.name) or second.results[inv.name]) for inv in INVARIANTS}
+    merged.seconds = max(first.seconds, second.seconds)
+    merged.drains_unsettled = second.drains_unsettled
+    if second.stopped_by and not merged.stopped_by:
+        merged.stopped_by = second.stopped_by
+    merged.exhausted = first.exhausted and second.exhausted
+    return merged
+
+
+def describe_bounds(found: Exploration) -> str:
+    config = found.config
+    text = (
+        f"{config.capacity} unit(s) x {config.jobs} job(s) x {config.max_attempts} attempt(s), "
+        f"lease {config.lease}, horizon {config.horizon}, {config.janitors} janitor(s)"
+    )
+    if found.max_depth is not None:
+        text += f", at most {found.max_depth} chosen steps"
+    return text + (", jobs symmetric" if found.symmetry else "")
+
+
+def report_text(found: Exploration) -> str:
+    lines = [f"policy {found.policy.name}, bounds: {describe_bounds(found)}"]
+    if found.exhausted:
+        scope = "the state space under these bounds was exhausted"
+    elif found.stopped_by:
+        scope = f"the {found.stopped_by.replace('_', ' ')} ran out before the state space was exhausted"
+    else:
+        scope = f"every run of at most {found.max_depth} chosen steps was checked (deeper states remain)"
+    lines.append(
+        f"{found.states} distinct states, {found.transitions} transitions, depth {found.depth}, "
+        f"{found.seconds:.1f}s, {found.states_per_second:.0f} states/s; {scope}"
+    )
+    for name, item in found.results.items():
+        text = f"  {item.invariant.label}: {item.outcome.value.upper()}"
+        if item.depth is not None:
+            text += f" (shortest counterexample: {item.depth} chosen steps)"
+        lines.append(text)
+    danger_text = ", ".join(f"{d.name} x{found.reached[d.name]}" for d in required_dangers(found.policy))
+    lines.append(f"dangers reached (transitions): {danger_text}")
+    missing = found.missing_dangers()
+    if missing:
+        lines.append("NOT REACHED: " + ", ".join(missing) + " (a proof under these bounds says little)")
+    if found.drains_unsettled:
+        lines.append(f"{found.drains_unsettled} drain(s) found no fixed point")
+    return "\n".join(lines)
+
+
+def to_json(found: Exploration) -> dict:
+    from fence import _counterexample
+
+    return {
+        "policy": found.policy.name,
+        "config": {
+            "capacity": found.config.capacity, "jobs": found.config.jobs,
+            "max_attempts": found.config.max_attempts, "lease": found.config.lease,
+            "horizon": found.config.horizon, "janitors": found.config.janitors,
+        },
+        "max_depth": found.max_depth,
+        "symmetry": found.symmetry,
+        "outcome": found.outcome().value,
+        "verdicts": {name: item.outcome.value for name, item in found.results.items()},
+        "shortest_steps": {name: item.depth for name, item in found.results.items() if item.depth is not None},
+        "counterexamples": {
+            name: _counterexample.to_json(item.counterexample)
+            for name, item in found.results.items() if item.counterexample
+        },
+        "states": found.states,
+        "transitions": found.transitions,
+        "depth": found.depth,
+        "seconds": round(found.seconds, 3),
+        "states_per_second": round(found.states_per_second),
+        "exhausted": found.exhausted,
+        "stopped_by": found.stopped_by,
+        "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy)},
+    }
