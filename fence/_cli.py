@@ -39,9 +39,9 @@ from fence._world import ModelConfig
 PROFILES = {
     # name: (max_examples per Hypothesis run, steps per example, Hypothesis shrinks too)
     # One run per policy and configuration; "default" finishes within a minute
-    # on 2 cores (evidence/verdicts.txt has the measured time). 300 examples
-    # missed no_silent_replay in 3 of 40 random seeds (evidence/detection.txt);
-    # 400 is the measured margin (evidence/detection-silent-replay.txt).
+    # on 2 cores (evidence/verdicts.txt: 45 s). 300 examples missed
+    # no_silent_replay in 3 of 40 random seeds; at 400, 1 miss in 400 promised
+    # finds (evidence/detection.txt).
     "quick": (60, 25, False),
     "default": (400, 30, False),
     "thorough": (2000, 50, True),
