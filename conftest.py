@@ -7,6 +7,7 @@ Profiles (choose with FENCE_PROFILE=dev|ci|thorough; CI sets ci):
 """
 
 import os
+import socket
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,3 +34,15 @@ def pytest_collection_modifyitems(config, items):
         # ids, so a test parametrised with an id containing "slow" was skipped.
         if item.get_closest_marker("slow"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails the test: nothing at run time may reach the network."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)

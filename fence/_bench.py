@@ -131,13 +131,18 @@ def detection(
         f"SUMMARY seeds={seeds} expected_violations_missed={misses} holds_broken={len(false_alarms)} "
         f"policies_with_dangers_unreached_in_some_seed={len(unreached)}"
     )
+    _publish(lines, out)
+    return 0 if misses == 0 and not false_alarms and not unreached else 1
+
+
+def _publish(lines: list[str], out: Path) -> None:
+    """Write the figures atomically (never a half-written evidence file), then print them."""
     text = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_suffix(out.suffix + ".tmp")
     temporary.write_text(text)
     temporary.replace(out)
     print(text, end="")
-    return 0 if misses == 0 and not false_alarms and not unreached else 1
 
 
 def _cpus() -> int:
@@ -199,10 +204,5 @@ def explorer(policies: Sequence[str], budget: float, workers: int, command: str,
             f"{name:22} {bound:42} {'yes' if symmetry else 'no':4} {states:>8} {transitions:>11} {depth:>5} "
             f"{seconds:>8.1f} {states / seconds if seconds else 0:>8.0f} {'yes' if exhausted else 'NO':9} {outcomes}"
         )
-    text = "\n".join(lines) + "\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_suffix(out.suffix + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(out)
-    print(text, end="")
+    _publish(lines, out)
     return 0

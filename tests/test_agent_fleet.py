@@ -6,7 +6,6 @@ second; the tests assert counts and orderings, never absolute times.
 
 import itertools
 import random
-import socket
 
 import pytest
 
@@ -24,16 +23,8 @@ from fence.agents.scripted import Turn  # noqa: E402
 SAFE = "abandon-fenced"
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails the test: nothing here may reach the network."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args!r}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+# Any attempt to open a connection fails the test (the fixture is in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def run(policy, faults, jobs=("job-1", "job-2")):

@@ -4,7 +4,6 @@ If a future SDK changes one of them, the test named after that assumption fails
 first and its message shows what the SDK did instead.
 """
 
-import socket
 import subprocess
 import sys
 
@@ -18,16 +17,8 @@ from fence.agents import probes  # noqa: E402
 from fence.agents.scripted import ScriptedModel, ScriptExhausted, Turn  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Any attempt to open a connection fails the test: nothing here may reach the network."""
-
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args!r}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
+# Any attempt to open a connection fails the test (the fixture is in conftest.py).
+pytestmark = pytest.mark.usefixtures("no_network")
 
 
 def check(finding):
