@@ -12,21 +12,18 @@ and a failed benchmark).
 
 from __future__ import annotations
 
-import platform
 import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 from typing import Sequence
 
+from fence import _evidence
 from fence._invariants import INVARIANTS, required_dangers
 from fence._policies import POLICIES
 from fence._verdicts import DEFAULT_CONFIGS, Verdict, load_expected, profile_settings, survey_config
-from fence._world import ModelConfig
 
 
 @dataclass
@@ -89,10 +86,8 @@ def detection(
     wall = time.perf_counter() - started
 
     lines = [
-        f"# command: {command}",
-        f"# date: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}",
-        f"# python {platform.python_version()}, hypothesis {version('hypothesis')}, "
-        f"machine {platform.machine()} with {_cpus()} cpu(s), {workers} worker process(es)",
+        *_evidence.header(command),
+        f"# worker processes: {workers}",
         f"# each seed: one surveying run per configuration ({', '.join(c.describe() for c in DEFAULT_CONFIGS)}), "
         f"{examples} examples x {steps} steps, derandomize off, hypothesis.seed(N) for N = 1..{seeds}",
         f"# wall time {wall:.0f}s",
@@ -136,73 +131,6 @@ def detection(
 
 
 def _publish(lines: list[str], out: Path) -> None:
-    """Write the figures atomically (never a half-written evidence file), then print them."""
     text = "\n".join(lines) + "\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_suffix(out.suffix + ".tmp")
-    temporary.write_text(text)
-    temporary.replace(out)
+    _evidence.write_atomically(out, text)
     print(text, end="")
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 1
-
-
-# -- the explorer ------------------------------------------------------------------------
-EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
-    ModelConfig(capacity=1, jobs=1, max_attempts=1, horizon=3),
-    ModelConfig(capacity=1, jobs=1, max_attempts=2, horizon=3),
-    ModelConfig(capacity=1, jobs=1, max_attempts=3, horizon=3),
-    ModelConfig(capacity=2, jobs=2, max_attempts=1, horizon=2),
-    ModelConfig(capacity=2, jobs=2, max_attempts=2, horizon=2),
-)
-
-
-def _explore_one(arguments):
-    from fence._explore import explore
-
-    name, config, symmetry, budget = arguments
-    found = explore(POLICIES[name], config, symmetry=symmetry, time_budget=budget)
-    outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
-    return name, config, symmetry, found.states, found.transitions, found.depth, found.seconds, found.exhausted, outcomes
-
-
-def explorer(policies: Sequence[str], budget: float, workers: int, command: str, out: Path) -> int:
-    """States per second and time to exhaust each bound, per policy, with and without symmetry."""
-    tasks = [
-        (name, config, symmetry, budget)
-        for config in EXPLORER_BOUNDS
-        for name in policies
-        for symmetry in ((False, True) if config.jobs > 1 else (False,))
-    ]
-    started = time.perf_counter()
-    rows = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, row in enumerate(pool.map(_explore_one, tasks), 1):
-            rows.append(row)
-            print(f"[{done}/{len(tasks)}] {row[0]} {row[1].describe()} symmetry={row[2]}: {row[3]} states, {row[6]:.1f}s",
-                  file=sys.stderr)
-    wall = time.perf_counter() - started
-    lines = [
-        f"# command: {command}",
-        f"# date: {datetime.now(timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ')}",
-        f"# python {platform.python_version()}, hypothesis {version('hypothesis')}, "
-        f"machine {platform.machine()} with {_cpus()} cpu(s), {workers} worker process(es)",
-        f"# each row: one breadth-first exploration, time budget {budget:g}s; lease 2, 2 janitors",
-        f"# wall time {wall:.0f}s",
-        "",
-        "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
-        f"{'policy':22} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
-        f"{'depth':>5} {'seconds':>8} {'states/s':>8} exhausted verdicts",
-    ]
-    for name, config, symmetry, states, transitions, depth, seconds, exhausted, outcomes in rows:
-        bound = f"{config.capacity}x{config.jobs}x{config.max_attempts}, horizon {config.horizon}"
-        lines.append(
-            f"{name:22} {bound:42} {'yes' if symmetry else 'no':4} {states:>8} {transitions:>11} {depth:>5} "
-            f"{seconds:>8.1f} {states / seconds if seconds else 0:>8.0f} {'yes' if exhausted else 'NO':9} {outcomes}"
-        )
-    _publish(lines, out)
-    return 0

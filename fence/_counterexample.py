@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from fence import _evidence
 from fence._errors import BadInput
 from fence._invariants import BY_NAME
 from fence._policies import POLICIES, JanitorPolicy
@@ -107,9 +108,7 @@ def write(example: Counterexample, directory: Path) -> list[Path]:
         directory / f"{stem}.json": json.dumps(to_json(example), indent=2) + "\n",
     }
     for path, text in paths.items():
-        temporary = path.with_suffix(path.suffix + ".tmp")
-        temporary.write_text(text)
-        temporary.replace(path)  # never leave a half-written file behind
+        _evidence.write_atomically(path, text)
     return list(paths)
 
 

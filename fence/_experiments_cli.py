@@ -13,16 +13,12 @@ Exit 0 when the invariant broke for real, 1 when it did not, 2 for bad input.
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.metadata
 import math
-import os
-import platform
 import shlex
 import sys
 from pathlib import Path
 
-from fence import _realclock
+from fence import _evidence, _realclock
 from fence._errors import BadInput
 
 FULL_LEASE = 1.0
@@ -74,31 +70,11 @@ def replay_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tick", type=_tick, default=0.05, help="real seconds per model tick (default 0.05)")
 
 
-def _versions() -> str:
-    names = ["fence", "hypothesis", "matplotlib"]
-    parts = []
-    for name in names:
-        try:
-            parts.append(f"{name} {importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            parts.append(f"{name} not installed")
-    return ", ".join(parts)
-
-
 def _header(command: str) -> list[str]:
-    return [
-        f"# command: {command}",
-        f"# date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}",
-        f"# python: {platform.python_version()} ({platform.python_implementation()})",
-        f"# packages: {_versions()}",
-        f"# machine: {platform.system()} {platform.machine()}, {os.cpu_count()} cpu(s)",
-    ]
+    return _evidence.header(command, ("fence", "hypothesis", "matplotlib"))
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+_write_atomically = _evidence.write_atomically
 
 
 def _progress(stream):
@@ -151,7 +127,7 @@ def cmd_experiments(args) -> int:
             _pictures.draw(name, variants, out / f"{name}{suffix}.png", command)
     if not pictures and not args.no_pictures:
         print("fence: pictures skipped: matplotlib is not installed (pip install 'fence[plots]')", file=sys.stderr)
-    written = ", ".join(f"{n}{suffix}.txt" + (f"/.png" if pictures else "") for n in names)
+    written = ", ".join(f"{n}{suffix}.txt" + ("/.png" if pictures else "") for n in names)
     print(f"evidence written to {out}/: {written}")
     for difference in differences:
         print(f"DIFFERS: {difference}", file=sys.stderr)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Callable, ClassVar
 
 from fence._destination import (

@@ -16,7 +16,7 @@ import pytest
 
 from fence._cli import PROFILES
 from fence._explore import Outcome, _DrainJudge, explore, shortest, state_key
-from fence._invariants import BY_NAME, INVARIANTS, required_dangers
+from fence._invariants import BY_NAME, required_dangers
 from fence._policies import POLICIES
 from fence._verdicts import Verdict, load_expected, profile_settings, survey_config
 from fence._world import ModelConfig, World

@@ -7,7 +7,7 @@ import pytest
 from fence._destination import AttemptState, CommitResult, Guards, TicketService
 from fence._errors import IllegalMove
 from fence._janitor import Janitor, Settlement
-from fence._ledger import Ledger, Move, ReservationState
+from fence._ledger import Ledger, ReservationState
 from fence._policies import (
     POLICIES,
     Abandon,

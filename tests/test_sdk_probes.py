@@ -86,7 +86,8 @@ def test_probe_sdk_command_prints_findings_and_exits_0():
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("# command: fence probe-sdk") and "strands-agents 1.62.0" in lines[2]
+    packages = next(line for line in lines if line.startswith("# packages:"))
+    assert lines[0].startswith("# command: fence probe-sdk") and "strands-agents 1.62.0" in packages
     assert sum("[HOLDS ]" in line for line in lines) == len(probes.PROBES)
     assert lines[-1] == f"all {len(probes.PROBES)} assumptions fence relies on hold"
 

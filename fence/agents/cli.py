@@ -7,22 +7,15 @@ of a missing strands into one line and exit 2.
 
 from __future__ import annotations
 
-import datetime
-import platform
 import sys
-from importlib.metadata import version
 
+from fence import _evidence
 import strands  # noqa: F401  -- fail at import, before any output, when the extra is missing
 
 
 def header(argv: list[str] | None = None) -> list[str]:
     command = " ".join(["fence", *(argv if argv is not None else sys.argv[1:])])
-    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    return [
-        f"# command: {command}",
-        f"# date: {now}",
-        f"# python {platform.python_version()}, strands-agents {version('strands-agents')}",
-    ]
+    return _evidence.header(command, ("fence", "strands-agents"))
 
 
 def cmd_probe_sdk(args) -> int:
