@@ -12,21 +12,37 @@ passes the horizon and a job never makes more than ``max_attempts`` attempts.
 The janitor's probe/settle "hold" loop revisits states, which the key absorbs.
 
 The state key
-    ``state_key`` is ``World.fingerprint()`` with two changes. (a) Orders that
-    the drain reads are kept: the network in send order (``fingerprint`` sorts
-    it), and each janitor's evidence in insertion order, because the drain
-    delivers ``network[0]`` first and settles evidence in dict order; the
-    destination's per-attempt witness map is order-free and kept as a set.
-    (b) The deadline of a reservation that is no longer ``reserved`` is dropped,
-    and an expired ``reserved`` deadline is written as "expired": the model
-    reads a deadline only through ``expired(now)`` of a ``reserved``
-    reservation (scan, the drain's tick, the commit-after-expiry counter), and
-    once expired it stays expired because the clock only moves forward. The
-    absolute clock ``now`` stays in the key: the horizon makes ``horizon - now``
-    decide which ticks are enabled, so relative time would merge nothing. Every
-    other field of the world the future depends on (attempts used, reservation
-    ownership, the ledger's current reservation per key, the destination's
-    first payload per key) is a function of what the key holds.
+    ``state_key`` keeps what the world's future depends on and merges states
+    whose futures differ in nothing the invariants or the drain can see:
+
+    * the clock, and one part per job, written in names relative to the job;
+    * a deadline only as "expired" or its tick (the model reads a deadline only
+      through ``expired(now)`` of a ``reserved`` reservation, and the clock only
+      moves forward), and none once a reservation is no longer ``reserved``;
+    * the messages in flight as a collection, not a queue: the rules may deliver
+      any of them, and the drain (``World._drain_round``) delivers in an order
+      computed from the messages themselves, never in send order; an answer to
+      an attempt that no longer waits for one, and a registration at a
+      destination that keeps no witness, change nothing when they arrive and are
+      left out;
+    * an attempt that is done or crashed, with no commit on its way, only as a
+      name (its messages still count); the payload only until its commit was
+      delivered, and the destination's answer only once it arrived;
+    * a janitor's answer only as the decision it leads to (``policy.decide``
+      is pure), only while its reservation is ``outcome_unknown`` (a settle of
+      anything else is refused, and nothing returns to ``outcome_unknown``),
+      and per reservation as a collection: janitors keep no other state, so
+      which janitor holds which answer does not matter; the drain settles held
+      answers in an order computed from the answers, not from the janitors;
+    * the effects of a key in landing order (the first payload is the ticket on
+      record), but not which attempt wrote them or the order across keys.
+
+    Every other field of the world the future depends on (attempts used,
+    reservation ownership, the ledger's current reservation per key, the
+    destination's first payload per key) is a function of what the key holds.
+    Merged states have the same enabled actions up to steps that change nothing,
+    so breadth first still finds a shortest counterexample: a step that changes
+    nothing is never on a shortest path.
 
 History, and why checking each transition is exact
     Invariants 2, 3, 5 and 7 read history: release records, late effects,
@@ -56,16 +72,19 @@ Invariant 6 (everything_settles), a teardown invariant
     state, followed by its drain.
 
 Symmetry
-    With ``symmetry=True`` the key is the least of the keys under every
-    renaming of the jobs (job1 <-> job2 ...): the rules treat jobs alike, so
-    renamed states have renamed futures and the step invariants, which never
-    name a job, agree on them. Capacity units carry no names in the model (a
+    With ``symmetry=True`` the jobs' parts of the key are sorted, so states that
+    differ by a renaming of the jobs (job1 <-> job2 ...) get one key: the rules
+    treat jobs alike, so renamed states have renamed futures, and the step
+    invariants never name a job. Capacity units carry no names in the model (a
     count), and attempts of one job are not interchangeable (the newest one is
-    the ledger's current reservation), so jobs are the symmetry there is. One
-    caveat, measured rather than proved: the drain visits jobs in a fixed
-    order, so invariant 6 on one representative of an orbit stands for the
-    others only if the drain's verdict does not depend on that order; the
-    tests compare verdicts with and without symmetry.
+    the ledger's current reservation). Janitors are always treated as
+    interchangeable (see the key), and of several janitors' identical steps
+    only one is taken (``_up_to_janitors``). One caveat, argued rather than
+    proved: the drain visits jobs in name order, so invariant 6 on one
+    representative of an orbit stands for the others because jobs do not
+    interact in the drain (each holds at most one unit and there are at least
+    as many units as jobs); the tests compare verdicts with and without
+    symmetry.
 
 Verdicts
     PROVED: the state space under the bounds was exhausted (or, with
@@ -80,7 +99,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -92,7 +110,7 @@ from fence._ledger import ReservationState
 from fence._minimise import replay_actions
 from fence._policies import JanitorPolicy
 from fence._verdicts import Counterexample
-from fence._world import Action, ModelConfig, Phase, World, _destination_snapshot
+from fence._world import Action, MessageKind, ModelConfig, Phase, World, _destination_snapshot
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
 # exhausted in seconds, long enough for a lease to expire twice and for a retry
@@ -152,49 +170,100 @@ class Exploration:
 
 
 # -- the state key --------------------------------------------------------------------
-def state_key(world: World) -> tuple:
+def state_key(world: World, symmetry: bool = False) -> tuple:
     """A hashable picture of everything the world's future depends on (see above).
 
-    Enum members stand for themselves (reading ``.value`` costs more than hashing).
+    It is the clock and one part per job, each part written in names relative to
+    its job (attempt 2, reservation r2, "ticket for <job> (revision 2)"). With
+    ``symmetry`` the parts are sorted, so states that differ by a renaming of
+    the jobs get one key. A destination other than fence's own ``TicketService``
+    adds its ``snapshot()`` (or its effects) whole, and then the jobs' parts
+    keep their order whatever ``symmetry`` says, since fence cannot rename
+    inside a snapshot it does not know. Enum values are read as ``_value_``:
+    the ``value`` property costs more than the rest of the key.
     """
     now = world.now
+    jobs = world.jobs
+    parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in jobs}
+    # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
+    # entries, 3 attempts, 4 messages in flight, 5 retries queued
     reserved = ReservationState.RESERVED
-    ledger = tuple(
-        (r.reservation_id, r.owner, r.state, (r.deadline if r.deadline > now else -1) if r.state is reserved else None)
-        for r in world.ledger._reservations.values()
-    )
-    in_flight = {m.attempt for m in world.network}
+    unknown = ReservationState.OUTCOME_UNKNOWN
+    held_answers: dict[str, list[str]] = {}
+    decide = world.policy.decide
+    for held in world.evidence:
+        for reservation_id, found in held.items():
+            held_answers.setdefault(reservation_id, []).append(decide(found)._value_)
+    for x in world.ledger._reservations.values():
+        job, _, number = x.reservation_id.partition("/")
+        state = x.state
+        if state is reserved:
+            parts[job][0].append((number, state._value_, x.deadline if x.deadline > now else -1))
+        elif state is unknown:
+            # A janitor's answer counts for the decision it leads to, and only while
+            # its reservation is still outcome_unknown (a settle on anything else is
+            # refused, and nothing returns to outcome_unknown). Which janitor holds
+            # which answer does not matter: janitors are interchangeable and their
+            # steps on different reservations touch different entries.
+            answers = tuple(sorted(held_answers.get(x.reservation_id, ())))
+            parts[job][0].append((number, state._value_, answers))
+        else:
+            parts[job][0].append((number, state._value_))
     destination = world.destination
-    if type(destination) is TicketService:
-        dest = (tuple(destination._effects), frozenset(destination._attempts.items()))
+    own_destination = type(destination) is TicketService
+    if own_destination:
+        # Effects of a key keep their order (the first payload is the ticket on
+        # record); which attempt wrote one and the order across keys decide nothing.
+        for e in destination._effects:
+            parts[e.key][1].append(e.payload.replace(e.key, ""))
+        for identity, state in destination._attempts.items():
+            job, _, number = identity.partition("#")
+            parts[job][2].append((number, state._value_))
+        witness_kept = destination.guards.witness
     else:
-        dest = _destination_snapshot(destination)
-    return (
-        now,
-        ledger,
-        dest,
-        tuple(
-            (a.handle, None) if a.phase in _DEAD and a.handle not in in_flight
-            else (a.handle, a.phase, a.ack, a.wrote, a.payload)
-            for a in world.attempts.values()
-        ),
-        tuple((m.kind, m.attempt, m.result) for m in world.network),
-        tuple(world.retry_queue),
-        tuple(tuple(e.items()) for e in world.evidence),
-    )
+        witness_kept = True
+    attempts = world.attempts
+    commits_in_flight = set()
+    for m in world.network:
+        attempt = attempts[m.attempt]
+        if m.kind is MessageKind.COMMIT:
+            commits_in_flight.add(m.attempt)
+        # An answer to an attempt no longer waiting for one is dropped on arrival,
+        # and a registration reaches a destination that keeps no witness in vain.
+        elif m.kind is MessageKind.ACK and attempt.phase is not Phase.COMMIT_SENT:
+            continue
+        elif m.kind is MessageKind.REGISTER and not witness_kept:
+            continue
+        job, _, number = m.attempt.partition("#")
+        parts[job][4].append((m.kind._value_, number, m.result._value_ if m.result else ""))
+    for a in attempts.values():
+        job, _, number = a.handle.partition("#")
+        in_flight = a.handle in commits_in_flight
+        if a.phase in _DEAD and not in_flight:
+            parts[job][3].append((number,))  # its future is only what its messages do
+        elif a.phase is Phase.CRASHED:
+            parts[job][3].append((number, "crashed", a.payload.replace(job, "")))
+        else:
+            # The answer matters once it arrived (confirm or confirm_existing);
+            # the payload until the commit carrying it was delivered.
+            parts[job][3].append((
+                number, a.phase._value_,
+                a.ack._value_ if a.phase is Phase.ACKED else "",
+                a.payload.replace(job, "") if (a.phase in _UNSENT or in_flight) else "",
+            ))
+    for job in world.retry_queue:
+        parts[job][5] += 1
+    keyed = [
+        (tuple(sorted(p[0])), tuple(p[1]), tuple(sorted(p[2])), tuple(sorted(p[3])), tuple(sorted(p[4])), p[5])
+        for p in (parts[job] for job in jobs)
+    ]
+    if own_destination:
+        return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed))
+    return (now, tuple(keyed), _destination_snapshot(destination))
 
 
 _DEAD = frozenset({Phase.CRASHED, Phase.DONE})
-_JOB = re.compile(r"job\d+")
-
-
-def _symmetric_key(world: World, renamings: list[dict[str, str]]) -> str:
-    text = repr(state_key(world))
-    return min(_JOB.sub(lambda m, r=r: r[m.group(0)], text) for r in renamings)
-
-
-def _renamings(jobs: list[str]) -> list[dict[str, str]]:
-    return [dict(zip(jobs, perm)) for perm in itertools.permutations(jobs)]
+_UNSENT = frozenset({Phase.RESERVED, Phase.WORKING})
 
 
 # -- the search ------------------------------------------------------------------------
@@ -219,10 +288,8 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
-    renamings = _renamings(World(policy, config, destination_factory).jobs) if symmetry else None
-
     def key_of(world: World):
-        return _symmetric_key(world, renamings) if renamings else state_key(world)
+        return state_key(world, symmetry)
 
     root = World(policy, config, destination_factory)
     parents: list[tuple[int, Action] | None] = [None]
@@ -237,6 +304,27 @@ def explore(
         result.drains_unsettled += not settled
         for name in broken:
             found.setdefault(name, (node, None))
+
+    def expand(node: int, world: World, actions: list[Action], following: list) -> None:
+        """Take each action from ``world``; judge each successor; queue the new ones."""
+        for action in actions:
+            child = world.clone(history=False)
+            child.apply(action)
+            result.transitions += 1
+            if child.reached:
+                result.reached.update(child.reached)
+            for inv in step_invariants:
+                if inv.name not in found and inv.check(child):
+                    found[inv.name] = (node, action)
+            key = key_of(child)
+            if key in visited:
+                continue
+            child_node = len(parents)
+            visited[key] = child_node
+            parents.append((node, action))
+            child.reached.clear()
+            following.append((child_node, child))
+            check_teardown(child_node, child)
 
     check_teardown(0, root)
     frontier: list[tuple[int, World]] = [(0, root)]
@@ -253,24 +341,7 @@ def explore(
             if max_states is not None and len(parents) >= max_states:
                 out_of_budget = "max_states"
                 break
-            for action in world.enabled_actions():
-                child = world.clone(history=False)
-                child.apply(action)
-                result.transitions += 1
-                if child.reached:
-                    result.reached.update(child.reached)
-                for inv in step_invariants:
-                    if inv.name not in found and inv.check(child):
-                        found[inv.name] = (node, action)
-                key = key_of(child)
-                if key in visited:
-                    continue
-                child_node = len(parents)
-                visited[key] = child_node
-                parents.append((node, action))
-                child.reached.clear()
-                following.append((child_node, child))
-                check_teardown(child_node, child)
+            expand(node, world, _up_to_janitors(world, world.enabled_actions()), following)
             if stop_when_all_violated and len(found) == len(invariants):
                 out_of_budget = out_of_budget or "all_violated"
                 break
@@ -307,6 +378,33 @@ def explore(
         else:
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
     return result
+
+
+def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
+    """The actions, less those another janitor's same action already stands for.
+
+    Janitors keep no state but the answers they hold, and the key counts those
+    per reservation without saying which janitor holds which. So any janitor's
+    scan of a reservation leads to the same state, any janitor's probe of it
+    (by one that holds no answer for it) to states with one key, and so does a
+    settle by any janitor holding an answer with the same decision. One of each
+    is taken; the state space is the same, with fewer transitions to it.
+    """
+    taken: set[tuple] = set()
+    kept = []
+    for action in actions:
+        kind = action.kind
+        if kind == "scan" or kind == "probe":
+            same = (kind, action.reservation)
+        elif kind == "settle":
+            same = (kind, action.reservation, world.policy.decide(world.evidence[action.janitor][action.reservation]))
+        else:
+            kept.append(action)
+            continue
+        if same not in taken:
+            taken.add(same)
+            kept.append(action)
+    return kept
 
 
 class _DrainJudge:

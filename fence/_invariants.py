@@ -34,7 +34,10 @@ class Invariant:
 
 
 def _no_duplicate_writes(world: World) -> str | None:
-    counts = Counter(effect.key for effect in world.destination.effects())
+    keys = [effect.key for effect in world.destination.effects()]
+    if len(set(keys)) == len(keys):  # the common case, cheaply (the explorer asks on every step)
+        return None
+    counts = Counter(keys)
     twice = {key: n for key, n in counts.items() if n > 1}
     if twice:
         return "; ".join(f"{key} was written {n} times" for key, n in sorted(twice.items()))
@@ -74,7 +77,10 @@ def _capacity_conserved(world: World) -> str | None:
     twice = [rid for rid, n in ledger.units_freed.items() if n > 1]
     if twice:
         return f"{twice[0]}'s unit was freed {ledger.units_freed[twice[0]]} times"
-    holders = Counter(r.key for r in ledger.reservations() if r.holds_unit)
+    holding = [r.key for r in ledger.reservations() if r.holds_unit]
+    if len(set(holding)) == len(holding):
+        return None
+    holders = Counter(holding)
     doubled = [key for key, n in holders.items() if n > 1]
     if doubled:
         return f"{doubled[0]} holds {holders[doubled[0]]} units at once"

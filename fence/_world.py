@@ -367,8 +367,7 @@ class World:
         # Commits first, registrations last: the Hypothesis rules pick by index, so
         # this order keeps "deliver the commit" at index 0 whatever else is queued,
         # which lets the shrinker delete unrelated deliveries without side effects.
-        order = {MessageKind.COMMIT: 0, MessageKind.ACK: 1, MessageKind.REGISTER: 2}
-        ranked = sorted(self.network, key=lambda m: order[m.kind])
+        ranked = sorted(self.network, key=lambda m: _DELIVERY_RANK[m.kind])
         return [Deliver(m.kind.value, m.attempt) for m in ranked]
 
     def _enabled_lose_ack(self) -> list[Action]:
@@ -672,24 +671,38 @@ class World:
         return False
 
     def _drain_round(self) -> None:
+        # Every order in a drain round is a function of what the world holds, never
+        # of the order in which messages were sent, reservations made or evidence
+        # gathered: two worlds that differ only in such orders drain alike. The
+        # explorer's state key leaves those orders out and relies on this.
         while self.network:
-            message = self.network[0]
+            message = min(self.network, key=_drain_order)
             self.apply(Deliver(message.kind.value, message.attempt))
         for kind in ("confirm", "send_commit", "start"):
-            for action in self.enabled(kind):
+            for action in sorted(self.enabled(kind), key=lambda a: a.attempt):
                 self.apply(action)
         unexpired = [r.deadline for r in self.ledger.reservations() if r.state is ReservationState.RESERVED]
         if unexpired and max(unexpired) > self.now and not self.network:
             self.apply_unbounded_tick(int(max(unexpired) - self.now))
-        for action in self.enabled("scan"):
+        # Janitors first finish what they were doing (act on the answers they hold,
+        # stale or not), then janitor 0 makes a whole pass. Which janitor held which
+        # answer does not change the order: janitors are interchangeable.
+        pending = sorted(
+            self.enabled("settle"),
+            key=lambda a: (a.reservation, self.policy.decide(self.evidence[a.janitor][a.reservation]).value, a.janitor),
+        )
+        for action in pending:
+            self.apply(action)
+        for action in sorted(self.enabled("scan"), key=lambda a: a.reservation):
             if action.janitor == 0 and action in self.enabled("scan"):
                 self.apply(action)
-        for action in self.enabled("probe"):
+        for action in sorted(self.enabled("probe"), key=lambda a: a.reservation):
             if action.janitor == 0:
                 self.apply(action)
-        for action in self.enabled("settle"):
+        for action in sorted(self.enabled("settle"), key=lambda a: a.reservation):
             self.apply(action)
-        for action in self.enabled("reserve") + self.enabled("retry"):
+        retries = sorted(self.enabled("retry"), key=lambda a: (a.job, a.revised))
+        for action in self.enabled("reserve") + retries:
             if action in self.enabled(action.kind):
                 self.apply(action)
 
@@ -755,6 +768,14 @@ class World:
             tuple(self.retry_queue),
             tuple(tuple(sorted(e.items(), key=lambda kv: kv[0])) for e in self.evidence),
         )
+
+
+_DELIVERY_RANK = {MessageKind.COMMIT: 0, MessageKind.ACK: 1, MessageKind.REGISTER: 2}
+
+
+def _drain_order(message: Message) -> tuple:
+    """The drain delivers commits, then answers, then registrations, each by attempt."""
+    return (_DELIVERY_RANK[message.kind], message.attempt)
 
 
 def _copy_attempt(attempt: Attempt) -> Attempt:
