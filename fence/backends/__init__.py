@@ -21,6 +21,7 @@ another version raise ``BackendError`` with one line saying what to do.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,16 +101,24 @@ def _sqlite_path(url: str) -> Path:
     return Path(path)
 
 
-def open_store(url: str, *, reset: bool = False) -> SqlStore | None:
-    """The SQL store at ``url`` (None for ``memory:``), its schema checked or created."""
+def open_store(url: str, *, reset: bool = False, namespace: str | None = None) -> SqlStore | None:
+    """The SQL store at ``url`` (None for ``memory:``), its schema checked or created.
+
+    ``namespace`` keeps fence's tables apart from other users of the same URL:
+    a PostgreSQL schema of that name, or for SQLite a sibling file
+    (``fence.db`` -> ``fence.NAMESPACE.db``).
+    """
     if not isinstance(url, str):
         raise BackendError(f"{url!r} is not a backend URL; {URL_HELP}")
     if url == "memory:":
         return None
     if url.startswith("sqlite://"):
-        return SqlStore.sqlite(url, _sqlite_path(url), reset=reset)
+        path = _sqlite_path(url)
+        if namespace:
+            path = path.with_name(f"{path.stem}.{namespace}{path.suffix}")
+        return SqlStore.sqlite(url, path, reset=reset)
     if url.startswith(("postgresql://", "postgres://")):
-        return SqlStore.postgres(url, reset=reset)
+        return SqlStore.postgres(url, reset=reset, namespace=namespace)
     raise BackendError(f"{url!r} is not a backend URL; {URL_HELP}")
 
 
@@ -145,12 +154,20 @@ class ModelStorage:
     the same store. One connection serves every world in turn, so only one
     world at a time may live on it (the machines, the minimiser and replay all
     build one world after another).
+
+    Pickled into a worker process (``fence verdicts --backend`` judges on two),
+    it becomes that process's own storage, in a namespace named for the process,
+    so parallel workers never empty each other's tables.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, namespace: str | None = None) -> None:
         self.url = url
-        self.store = open_store(url, reset=True)
+        self.namespace = namespace
+        self.store = open_store(url, reset=True, namespace=namespace)
         self._half_given = False
+
+    def __reduce__(self):
+        return (_storage_of_this_process, (self.url,))
 
     def _fresh(self) -> None:
         if self.store is not None and not self._half_given:
@@ -169,3 +186,13 @@ class ModelStorage:
         if self.store is not None:
             self.store.close()
 
+
+
+_PROCESS_STORAGE: dict[str, ModelStorage] = {}
+
+
+def _storage_of_this_process(url: str) -> ModelStorage:
+    """One ModelStorage per URL per process, in a namespace of its own."""
+    if url not in _PROCESS_STORAGE:
+        _PROCESS_STORAGE[url] = ModelStorage(url, namespace=f"fence_worker_{os.getpid()}")
+    return _PROCESS_STORAGE[url]

@@ -149,13 +149,16 @@ class SqlStore:
         return cls(url, SQLITE, connection, reset=reset)
 
     @classmethod
-    def postgres(cls, url: str, *, reset: bool) -> SqlStore:
+    def postgres(cls, url: str, *, reset: bool, namespace: str | None = None) -> SqlStore:
         try:
             import psycopg
         except ImportError:
             raise BackendError(f"{url}: PostgreSQL needs psycopg 3: pip install -e '.[postgres]'") from None
         try:
             connection = psycopg.connect(url, autocommit=True, connect_timeout=5)
+            if namespace:  # fence's tables in a schema of their own (one per verdict worker)
+                connection.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
+                connection.execute(f'SET search_path TO "{namespace}"')
         except psycopg.ProgrammingError as error:
             raise BackendError(f"{url}: not a PostgreSQL URL ({_one_line(error)}); write postgresql://USER@HOST:PORT/DBNAME") from None
         except psycopg.Error as error:
