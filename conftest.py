@@ -1,13 +1,20 @@
-"""Test-wide settings: Hypothesis profiles and the --run-slow switch.
+"""Test-wide settings: Hypothesis profiles, the --run-slow switch, and PostgreSQL.
 
 Profiles (choose with FENCE_PROFILE=dev|ci|thorough; CI sets ci):
   dev       quick local runs, random seeds, examples remembered in .hypothesis/
   ci        derandomised, so the gate finds the same counterexamples on every run
   thorough  ten times the examples, for a night run or before changing a policy
+
+PostgreSQL: tests marked ``postgres`` use $FENCE_POSTGRES_URL if it is set,
+otherwise a private cluster that scripts/postgres.sh starts for the session and
+stops at its end. Under CI (env CI set) a cluster that cannot be started FAILS
+those tests; elsewhere they are skipped, with the reason.
 """
 
 import os
 import socket
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -46,3 +53,45 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+POSTGRES_SCRIPT = Path(__file__).resolve().parent / "scripts" / "postgres.sh"
+
+
+def _no_postgres(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs the PostgreSQL tests for real, and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL URL: $FENCE_POSTGRES_URL, or a private cluster for this session."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _no_postgres("psycopg is not installed (pip install -e '.[test]')")
+    url = os.environ.get("FENCE_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    try:
+        started = subprocess.run(
+            ["bash", str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=600
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        _no_postgres(f"scripts/postgres.sh start failed: {error}")
+    if started.returncode != 0:
+        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        _no_postgres(f"scripts/postgres.sh start failed: {last}")
+    url = started.stdout.strip().splitlines()[-1]
+    yield url
+    subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def backend_url(request, tmp_path):
+    """The URL of an empty-to-be backend: a SQLite file in tmp_path, or the session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path}/fence.db"
+    return request.getfixturevalue("postgres_url")

@@ -20,7 +20,7 @@ The public surface. The private modules each own one concern:
 """
 
 from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
-from fence._errors import BadInput, CapacityExhausted, FenceError, IllegalMove, StaleAttempt, WitnessRequired
+from fence._errors import BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, StaleAttempt, WitnessRequired
 from fence._janitor import Janitor
 from fence._ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
 from fence._policies import (
@@ -38,7 +38,7 @@ from fence._policies import (
 )
 
 __all__ = [
-    "Abandon", "AttemptState", "BadInput", "CapacityExhausted", "CommitResult", "Decision",
+    "Abandon", "AttemptState", "BackendError", "BadInput", "CapacityExhausted", "CommitResult", "Decision",
     "Destination", "Effect", "Evidence", "FenceError", "Guards", "IllegalMove", "Janitor",
     "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "Policy", "Reconcile", "Reservation",
     "ReservationState", "StaleAttempt", "TRANSITIONS", "TicketService", "Witness",

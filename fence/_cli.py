@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fence import _counterexample
-from fence._errors import BadInput
+from fence._errors import BackendError, BadInput
 from fence._invariants import INVARIANTS
 from fence._policies import POLICIES, JanitorPolicy, policy_problem
 from fence._verdicts import (
@@ -121,12 +121,13 @@ def _survey_one(arguments) -> ConfigResult:
     return survey_config(policy, config, **options)
 
 
-def _run(policies: list[JanitorPolicy], args, destination=None) -> list[PolicyReport]:
+def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
     examples, steps, shrink = PROFILES[args.profile]
     options = {
         "run_settings": profile_settings(examples, steps, derandomize=args.seed is None),
         "seed": args.seed,
         "destination_factory": destination,
+        "ledger_factory": ledger,
         "hypothesis_shrink": shrink,
         "explorer_shortest": getattr(args, "shortest", False),
     }
@@ -144,8 +145,9 @@ def _run(policies: list[JanitorPolicy], args, destination=None) -> list[PolicyRe
             reports[policy.name] = report
             _progress_line(sys.stderr, len(reports), len(policies), report)
 
-    # A user's destination factory may not pickle: judge it in this process.
-    if args.workers > 1 and len(tasks) > 1 and destination is None:
+    # A user's destination factory may not pickle: judge it in this process. A
+    # backend's ModelStorage pickles into a storage of each worker's own.
+    if args.workers > 1 and len(tasks) > 1 and (destination is None or ledger is not None):
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             for (policy, _config, _options), result in zip(tasks, pool.map(_survey_one, tasks)):
                 finished(policy, result)
@@ -240,7 +242,16 @@ def cmd_verdicts(args) -> int:
     expected = load_expected(expected_path)
     names = args.policy or list(POLICIES)
     policies = [load_policy(name) for name in names]
-    reports = _run(policies, args)
+    if args.backend:
+        from fence.backends import ModelStorage
+
+        storage = ModelStorage(args.backend)
+        try:
+            reports = _run(policies, args, storage.destination_factory, storage.ledger_factory)
+        finally:
+            storage.close()
+    else:
+        reports = _run(policies, args)
     differences = compare(reports, expected)
     _report(reports, args, differences)
     if differences:
@@ -305,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--shortest", action="store_true",
         help="replace each minimised counterexample by the explorer's shortest (slower)",
     )
+    verdicts.add_argument(
+        "--backend", metavar="URL",
+        help="run every model world on this backend (sqlite:///PATH.db, postgresql://...; its fence tables are emptied)",
+    )
     verdicts.set_defaults(handler=cmd_verdicts)
 
     check = sub.add_parser("check", help="run the machines on your policy: MODULE:ATTR")
@@ -354,7 +369,32 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
     _experiments_cli.replay_arguments(replay)
     replay.set_defaults(handler=_experiments_cli.cmd_replay)
+
+    db = sub.add_parser("db", help="a backend's fence tables: check them, or empty them")
+    db.add_argument("action", choices=["check", "reset"], help="check: schema version, clock, counts; reset: empty")
+    db.add_argument("url", help="memory:, sqlite:///PATH.db or postgresql://USER@HOST:PORT/DBNAME")
+    db.set_defaults(handler=cmd_db)
     return parser
+
+
+def cmd_db(args) -> int:
+    """check: print the schema version, the database's clock and the row counts; reset: empty."""
+    from fence.backends import SCHEMA_VERSION, open_store, reset_backend
+
+    if args.action == "reset":
+        reset_backend(args.url)
+        print(f"{args.url}: fence's tables are empty (schema version {SCHEMA_VERSION})")
+        return 0
+    store = open_store(args.url)
+    if store is None:
+        print("memory: nothing is stored; the ledger lives and dies with its process")
+        return 0
+    try:
+        counts = ", ".join(f"{table.removeprefix('fence_')} {n}" for table, n in store.counts().items())
+        print(f"{args.url}: schema version {SCHEMA_VERSION}, database clock {store.clock():.3f}, {counts}")
+    finally:
+        store.close()
+    return 0
 
 
 def _zero_or_more(text: str) -> int:
@@ -443,7 +483,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except BadInput as error:
+    except (BadInput, BackendError) as error:
         print(f"fence: {error}", file=sys.stderr)
         return 2
 

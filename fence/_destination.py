@@ -110,6 +110,32 @@ class Destination(Protocol):
         """Every write that landed, in order."""
 
 
+def judge_commit(
+    guards: Guards, known: AttemptState | None, first_payload: str | None, payload: str
+) -> tuple[CommitResult, AttemptState | None]:
+    """What a commit gets, and what the witness then records (None: nothing new).
+
+    ``known`` is what the witness knew of the attempt, ``first_payload`` the
+    payload of the key's first effect (None: the key has none). Pure, so fence's
+    TicketService and the SQL destinations of fence.backends decide alike.
+    """
+    witness = guards.witness
+    if witness and known is AttemptState.ABANDONED:
+        return CommitResult.ABANDONED, None
+    if witness and known is AttemptState.COMMITTED:
+        # The same attempt asking twice: replay, do not write again.
+        return CommitResult.ALREADY_EXISTS, None
+    if first_payload is not None:
+        refusal = None
+        if guards.fingerprint and first_payload != payload:
+            refusal = CommitResult.CONFLICT
+        elif guards.fence:
+            refusal = CommitResult.ALREADY_EXISTS
+        if refusal is not None:
+            return refusal, (AttemptState.REFUSED if witness else None)
+    return CommitResult.WRITTEN, (AttemptState.COMMITTED if witness else None)
+
+
 class TicketService:
     """fence's own in-memory destination, with the guards switched by ``Guards``."""
 
@@ -126,24 +152,15 @@ class TicketService:
         return self._attempts.setdefault(attempt_id, AttemptState.IN_FLIGHT)
 
     def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
-        if self.guards.witness:
-            known = self._attempts.get(attempt_id)
-            if known is AttemptState.ABANDONED:
-                return CommitResult.ABANDONED
-            if known is AttemptState.COMMITTED:
-                # The same attempt asking twice: replay, do not write again.
-                return CommitResult.ALREADY_EXISTS
-        existing_payload = self._first_payload.get(key)
-        if existing_payload is not None:
-            if self.guards.fingerprint and existing_payload != payload:
-                return self._refuse(attempt_id, CommitResult.CONFLICT)
-            if self.guards.fence:
-                return self._refuse(attempt_id, CommitResult.ALREADY_EXISTS)
-        self._effects.append(Effect(key, attempt_id, payload, len(self._effects) + 1))
-        self._first_payload.setdefault(key, payload)
-        if self.guards.witness:
-            self._attempts[attempt_id] = AttemptState.COMMITTED
-        return CommitResult.WRITTEN
+        result, witnessed = judge_commit(
+            self.guards, self._attempts.get(attempt_id), self._first_payload.get(key), payload
+        )
+        if result is CommitResult.WRITTEN:
+            self._effects.append(Effect(key, attempt_id, payload, len(self._effects) + 1))
+            self._first_payload.setdefault(key, payload)
+        if witnessed is not None:
+            self._attempts[attempt_id] = witnessed
+        return result
 
     def lookup(self, key: str) -> bool:
         return key in self._first_payload
@@ -167,11 +184,6 @@ class TicketService:
         return list(self._effects)
 
     # -- helpers -----------------------------------------------------------------
-    def _refuse(self, attempt_id: str, result: CommitResult) -> CommitResult:
-        if self.guards.witness:
-            self._attempts[attempt_id] = AttemptState.REFUSED
-        return result
-
     def clone(self) -> TicketService:
         """An independent copy in the same state (effects are frozen, so shared)."""
         other = TicketService.__new__(TicketService)

@@ -34,5 +34,14 @@ class BadInput(FenceError, ValueError):
     """
 
 
+class BackendError(FenceError, RuntimeError):
+    """A storage backend cannot be used: a URL that does not parse, a database that
+    cannot be reached, a schema of another version.
+
+    The message is one line naming the problem and the fix; the command line
+    prints it and exits 2, as for bad input.
+    """
+
+
 class WitnessRequired(FenceError, TypeError):
     """A policy asked the destination for attempt state it does not keep."""

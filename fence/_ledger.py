@@ -114,6 +114,53 @@ def transitions_mermaid() -> str:
     return "\n".join(lines)
 
 
+# -- the decisions, as pure functions ---------------------------------------------
+# Ledger below and the SQL ledgers of fence.backends make every decision through
+# these, so a refusal is the same exception with the same words on every backend.
+def next_state(reservation: Reservation, move: Move) -> ReservationState:
+    """The state ``move`` takes ``reservation`` to, or IllegalMove naming what it allows."""
+    target = TRANSITIONS[reservation.state].get(move)
+    if target is None:
+        allowed = ", ".join(m.value for m in TRANSITIONS[reservation.state]) or "none"
+        raise IllegalMove(
+            f"{move.value} on {reservation.reservation_id}: it is {reservation.state.value}, "
+            f"which allows: {allowed}"
+        )
+    return target
+
+
+def check_reserve(
+    key: str, owner: str, lease: float, capacity: int, free: int, current: Reservation | None
+) -> None:
+    """Refuse a reservation the ledger cannot make (no unit free, key still held)."""
+    if not lease >= 0:  # also refuses NaN, which would never expire
+        raise ValueError(f"lease must be >= 0 seconds (or ticks), got {lease!r}")
+    if free < 1:
+        raise CapacityExhausted(
+            f"reserve {key!r} for {owner!r}: all {capacity} units are held; "
+            "wait for a confirm or for the janitor to settle an expired lease"
+        )
+    if current is not None and current.holds_unit:
+        raise IllegalMove(
+            f"reserve {key!r} for {owner!r}: reservation {current.reservation_id} "
+            f"for that key is still {current.state.value}; settle it first"
+        )
+
+
+def check_owner(key: str, owner: str, move: Move, current: Reservation | None) -> None:
+    """Refuse an owner's move by anyone but the owner of the key's current reservation."""
+    if move not in OWNER_MOVES:
+        raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
+    if current is None:
+        raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: the key has no reservation")
+    if current.owner != owner:
+        raise StaleAttempt(
+            f"{move.value} {key!r} by {owner!r}: the current reservation "
+            f"{current.reservation_id} belongs to {current.owner!r}; a stale "
+            "attempt may not change it"
+        )
+
+
 class Ledger:
     """N capacity units, and every reservation ever made against them."""
 
@@ -171,19 +218,7 @@ class Ledger:
 
     # -- moving ----------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float, lease: float) -> Reservation:
-        if not lease >= 0:  # also refuses NaN, which would never expire
-            raise ValueError(f"lease must be >= 0 seconds (or ticks), got {lease!r}")
-        if self.free < 1:
-            raise CapacityExhausted(
-                f"reserve {key!r} for {owner!r}: all {self.capacity} units are held; "
-                "wait for a confirm or for the janitor to settle an expired lease"
-            )
-        current = self.current(key)
-        if current is not None and current.holds_unit:
-            raise IllegalMove(
-                f"reserve {key!r} for {owner!r}: reservation {current.reservation_id} "
-                f"for that key is still {current.state.value}; settle it first"
-            )
+        check_reserve(key, owner, lease, self.capacity, self.free, self.current(key))
         count = self._count_by_key.get(key, 0) + 1
         self._count_by_key[key] = count
         reservation = Reservation(f"{key}/r{count}", key, owner, now + lease)
@@ -194,14 +229,7 @@ class Ledger:
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """Make one move from the table on one reservation, or raise and change nothing."""
         reservation = self._reservations[reservation_id]
-        target = TRANSITIONS[reservation.state].get(move)
-        if target is None:
-            allowed = ", ".join(m.value for m in TRANSITIONS[reservation.state]) or "none"
-            raise IllegalMove(
-                f"{move.value} on {reservation_id}: it is {reservation.state.value}, "
-                f"which allows: {allowed}"
-            )
-        moved = replace(reservation, state=target)
+        moved = replace(reservation, state=next_state(reservation, move))
         self._reservations[reservation_id] = moved
         if self.holds(reservation) and not self.holds(moved):
             self.units_freed[reservation_id] = self.units_freed.get(reservation_id, 0) + 1
@@ -209,17 +237,8 @@ class Ledger:
 
     def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
         """A worker's move, addressed by key: only the current owner may make it."""
-        if move not in OWNER_MOVES:
-            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
         current = self.current(key)
-        if current is None:
-            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: the key has no reservation")
-        if current.owner != owner:
-            raise StaleAttempt(
-                f"{move.value} {key!r} by {owner!r}: the current reservation "
-                f"{current.reservation_id} belongs to {current.owner!r}; a stale "
-                "attempt may not change it"
-            )
+        check_owner(key, owner, move, current)
         return self.apply(current.reservation_id, move)
 
     def confirm(self, key: str, owner: str) -> Reservation:

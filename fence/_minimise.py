@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 from fence._destination import Destination, Guards
 from fence._invariants import Invariant
+from fence._ledger import Ledger
 from fence._policies import JanitorPolicy
 from fence._world import Action, ModelConfig, Tick, World
 
@@ -40,13 +41,14 @@ def replay_actions(
     actions: Sequence[Action],
     invariant: Invariant,
     destination_factory: Callable[[Guards], Destination] | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> Replayed | None:
     """Play ``actions`` on a fresh world; the violation of ``invariant``, or None.
 
     None also when some action is not enabled at its turn: the candidate is not
     a run of the model, so it proves nothing.
     """
-    world = World(policy, config, destination_factory)
+    world = World(policy, config, destination_factory, ledger_factory)
     for index, action in enumerate(actions):
         if action not in world.enabled(action.kind):
             return None
@@ -69,9 +71,10 @@ def minimise(
     actions: Sequence[Action],
     invariant: Invariant,
     destination_factory: Callable[[Guards], Destination] | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> Replayed:
     """The shortest variant of ``actions`` this search finds that still breaks ``invariant``."""
-    best = replay_actions(policy, config, actions, invariant, destination_factory)
+    best = replay_actions(policy, config, actions, invariant, destination_factory, ledger_factory)
     if best is None:
         raise ValueError(f"the trace does not break {invariant.name} when replayed")
     replays = 1
@@ -79,7 +82,7 @@ def minimise(
     def attempt(candidate: list[Action]) -> bool:
         nonlocal best, replays
         replays += 1
-        result = replay_actions(policy, config, candidate, invariant, destination_factory)
+        result = replay_actions(policy, config, candidate, invariant, destination_factory, ledger_factory)
         if result is not None and len(result.actions) < len(best.actions):
             best = result
             return True

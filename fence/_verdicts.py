@@ -32,6 +32,7 @@ from hypothesis.stateful import get_state_machine_test
 from fence._destination import Destination, Guards
 from fence._errors import BadInput
 from fence._invariants import INVARIANTS, Invariant, required_dangers
+from fence._ledger import Ledger
 from fence._minimise import minimise
 from fence._policies import JanitorPolicy
 from fence._world import ModelConfig, Step
@@ -124,9 +125,10 @@ def _run_once(
     seed: int | None,
     destination_factory: Callable[[Guards], Destination] | None,
     survey: Survey | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ):
     """One Hypothesis run; raising mode returns (machine, violation or None)."""
-    machine = machine_for(policy, config, checked, destination_factory, survey)
+    machine = machine_for(policy, config, checked, destination_factory, survey, ledger_factory)
     test = get_state_machine_test(machine, settings=run_settings)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -164,24 +166,33 @@ def survey_config(
     destination_factory: Callable[[Guards], Destination] | None = None,
     hypothesis_shrink: bool = False,
     explorer_shortest: bool = False,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> ConfigResult:
-    """One Hypothesis run of every invariant on one configuration, each violation minimised."""
+    """One Hypothesis run of every invariant on one configuration, each violation minimised.
+
+    ``ledger_factory`` (with a matching ``destination_factory``) puts every world
+    on a real backend (fence.backends.ModelStorage); the explorer stays in memory.
+    """
     problem = config.problem()
     if problem:
         raise BadInput(f"model configuration: {problem}")
+    if explorer_shortest and ledger_factory is not None:
+        raise BadInput("the explorer's shortest counterexamples run in memory only; drop --shortest or --backend")
     run_settings = run_settings or profile_settings()
     result = ConfigResult(config)
     started = time.perf_counter()
     survey = Survey()
     try:
-        machine, _ = _run_once(policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey)
+        machine, _ = _run_once(
+            policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey, ledger_factory
+        )
         result.runs += 1
         result.examples = survey.examples
         result.reached = Counter(machine.reached)
         for name, violation in survey.violations.items():
             result.counterexamples[name] = _counterexample_for(
                 policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result,
-                explorer_shortest,
+                explorer_shortest, ledger_factory,
             )
             result.first_found_at_example[name] = survey.first_found_at_example[name]
     except Exception as crash:  # a user's policy or destination raised
@@ -239,7 +250,7 @@ EXPLORER_BUDGET_SECONDS = 20.0
 
 def _counterexample_for(
     policy, config, violation, run_settings, seed, destination_factory, hypothesis_shrink, result,
-    explorer_shortest=False,
+    explorer_shortest=False, ledger_factory=None,
 ) -> Counterexample:
     """Minimise a surveyed violation (and, if asked, Hypothesis' own shrink of it).
 
@@ -251,19 +262,19 @@ def _counterexample_for(
     inv = violation.invariant
     found = _chosen_actions(violation.trace)
     try:
-        best = minimise(policy, config, found, inv, destination_factory)
+        best = minimise(policy, config, found, inv, destination_factory, ledger_factory)
         message, steps = best.message, tuple(best.world.trace)
     except ValueError:  # the run does not replay (a destination with a mind of its own)
         best, message, steps = None, violation.message, tuple(violation.trace)
     hypothesis_steps = None
     if hypothesis_shrink:
         shrinking = settings(run_settings, phases=list(run_settings.phases) + [Phase.shrink])
-        _machine, shrunk = _run_once(policy, config, [inv], shrinking, seed, destination_factory)
+        _machine, shrunk = _run_once(policy, config, [inv], shrinking, seed, destination_factory, None, ledger_factory)
         result.runs += 1
         if shrunk is not None:
             hypothesis_steps = shrunk.rule_steps
             try:
-                other = minimise(policy, config, _chosen_actions(shrunk.trace), inv, destination_factory)
+                other = minimise(policy, config, _chosen_actions(shrunk.trace), inv, destination_factory, ledger_factory)
             except ValueError:
                 other = None
             if other is not None and (best is None or len(other.actions) < len(best.actions)):

@@ -271,12 +271,13 @@ class World:
         policy: JanitorPolicy,
         config: ModelConfig = ModelConfig(),
         destination_factory: Callable[[Guards], Destination] | None = None,
+        ledger_factory: Callable[[int], Ledger] | None = None,
     ) -> None:
         self.policy = policy
         self.config = config
         make = destination_factory or TicketService
         self.destination: Destination = make(policy.guards)
-        self.ledger = Ledger(config.capacity)
+        self.ledger = (ledger_factory or Ledger)(config.capacity)  # fence.backends: SQL ledgers
         self.janitors = [Janitor(self.ledger, self.destination, policy) for _ in range(config.janitors)]
         self.now = 0
         self.jobs = [f"job{n}" for n in range(1, config.jobs + 1)]

@@ -39,7 +39,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from fence._destination import Destination, Guards
 from fence._invariants import INVARIANTS, Invariant
 from fence._policies import JanitorPolicy
-from fence._world import ACTION_KINDS, ModelConfig, Step, World
+from fence._ledger import Ledger
+from fence._world import ACTION_KINDS, Action, ModelConfig, Step, World
 
 
 KIND = st.integers(min_value=0, max_value=len(ACTION_KINDS) - 1)
@@ -84,13 +85,14 @@ class FleetMachine(RuleBasedStateMachine):
     config: ModelConfig
     checked: tuple[Invariant, ...] = INVARIANTS
     destination_factory: Callable[[Guards], Destination] | None = None
+    ledger_factory: Callable[[int], Ledger] | None = None
     survey: Survey | None = None
     reached: Counter
     runs: int
 
     def __init__(self) -> None:
         super().__init__()
-        self.world = World(self.policy, self.config, self.destination_factory)
+        self.world = World(self.policy, self.config, self.destination_factory, self.ledger_factory)
         self.broken_here: set[str] = set()  # surveying: invariants already recorded this example
         type(self).runs += 1
         if self.survey is not None:
@@ -112,9 +114,13 @@ class FleetMachine(RuleBasedStateMachine):
             kind = enabled[data.draw(st.integers(0, len(enabled) - 1), label="enabled kind")]
         options = world.enabled(kind)
         pick = data.draw(PICK, label="which") if len(options) > 1 else 0
-        step = world.apply(options[pick % len(options)])
+        step = self.apply_action(options[pick % len(options)])
         # No per-step event: it costs ~10% of a run; dangers are counted at teardown.
         note(f"t={step.now}: {step.sentence}")
+
+    def apply_action(self, action: Action) -> Step:
+        """Apply the drawn action (a lockstep machine also applies it to its mirror)."""
+        return self.world.apply(action)
 
     def _broken(self, inv: Invariant, message: str) -> None:
         violation = InvariantViolation(inv, message, self.world)
@@ -156,6 +162,7 @@ def machine_for(
     checked: Iterable[Invariant] = INVARIANTS,
     destination_factory: Callable[[Guards], Destination] | None = None,
     survey: Survey | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> type[FleetMachine]:
     """A fresh machine class for one policy, one configuration, some invariants."""
     safe_name = "".join(part.capitalize() for part in policy.name.replace("_", "-").split("-"))
@@ -168,6 +175,7 @@ def machine_for(
             "checked": tuple(checked),
             # staticmethod: a plain function stored on a class would bind as a method.
             "destination_factory": staticmethod(destination_factory) if destination_factory else None,
+            "ledger_factory": staticmethod(ledger_factory) if ledger_factory else None,
             "survey": survey,
             "reached": Counter(),
             "runs": 0,

@@ -1,0 +1,533 @@
+"""The ledger and the destination on SQL: one implementation, two dialects.
+
+Theory of operation
+-------------------
+The in-memory ``Ledger`` and ``TicketService`` are the specification. The SQL
+classes here keep their state in tables and make every decision through the
+same pure functions of the core (``next_state``, ``check_reserve``,
+``check_owner``, ``judge_commit``), inside one write transaction per call, so a
+refusal is the same exception with the same words and changes nothing.
+
+What the database adds is what one process cannot give: several workers,
+janitors and machines sharing one ledger.
+
+* Writes serialise. SQLite: every write is ``BEGIN IMMEDIATE`` (the write lock
+  is taken before anything is read, so a read never goes stale inside the
+  transaction), in WAL mode with a busy timeout so readers never block and a
+  second writer waits instead of failing. PostgreSQL: the rows a write decides
+  on are locked (``FOR UPDATE``; a reserve locks the capacity row, which
+  serialises reserves, so two workers cannot both take the last unit).
+* The fence is the database's own UNIQUE constraint: with the fence guard on,
+  an effect's ``fence_key`` is its key, and a second insert for the key does
+  nothing (``ON CONFLICT DO NOTHING``) and is answered as a refusal, never as an
+  error a retry would repeat. Without the fence ``fence_key`` is NULL, which a
+  UNIQUE column allows any number of times.
+* "Abandon this attempt unless it committed" is one upsert statement on the
+  attempts table (the witness), so no commit can slip between the question and
+  the tombstone; a commit takes the attempt's row first, so the two serialise.
+* One clock. Every method keeps the core's ``now`` argument (the models pass
+  logical ticks); ``now=None`` means the database's clock, read inside the same
+  transaction that writes the deadline or judges the expiry, so workers whose
+  own clocks are skewed cannot disagree about a lease.
+* Janitors claim. ``claim_expired`` moves expired leases in one statement
+  (PostgreSQL ``FOR UPDATE SKIP LOCKED``; SQLite inside its immediate
+  transaction) and tags each with the janitor that claimed it, so two janitors
+  never scan the same lease; every move is a conditional UPDATE on the state it
+  was decided from, so a stale settle is refused, never applied twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from fence._destination import AttemptState, CommitResult, Effect, Guards, judge_commit
+from fence._errors import BackendError, WitnessRequired
+from fence._ledger import (
+    TRANSITIONS,
+    Move,
+    Reservation,
+    ReservationState,
+    check_owner,
+    check_reserve,
+    next_state,
+)
+
+SCHEMA_VERSION = 1
+TABLES = ("fence_reservations", "fence_keys", "fence_effects", "fence_attempts", "fence_settings")
+EXPIRY_MOVES = frozenset({Move.EXPIRE_AND_HOLD, Move.EXPIRE_AND_RELEASE})
+RESERVED = ReservationState.RESERVED.value
+UNUSED = ReservationState.UNUSED
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    serial: str
+    """The column type of an insertion-ordered id."""
+    boolean: str
+    clock: str
+    """The database's clock in seconds since the epoch, as a float."""
+    lock_row: str
+    """Appended to a SELECT whose rows the transaction is about to change."""
+    skip_locked: str
+    """Appended to the janitor's claim query: rows another janitor holds are skipped."""
+
+
+SQLITE = Dialect(
+    "sqlite",
+    serial="INTEGER PRIMARY KEY",
+    boolean="INTEGER",
+    # julianday('now') has millisecond resolution; unixepoch('subsec') needs 3.42.
+    clock="((julianday('now') - 2440587.5) * 86400.0)",
+    lock_row="",  # BEGIN IMMEDIATE already holds the database's one write lock
+    skip_locked="",
+)
+POSTGRES = Dialect(
+    "postgresql",
+    serial="BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    boolean="BOOLEAN",
+    clock="(extract(epoch from clock_timestamp())::float8)",
+    lock_row=" FOR UPDATE",
+    skip_locked=" FOR UPDATE SKIP LOCKED",
+)
+
+
+def _schema(d: Dialect) -> list[str]:
+    return [
+        "CREATE TABLE fence_schema (version INTEGER NOT NULL)",
+        "CREATE TABLE fence_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        f"""CREATE TABLE fence_reservations (
+            seq {d.serial},
+            reservation_id TEXT NOT NULL UNIQUE,
+            key TEXT NOT NULL,
+            owner TEXT NOT NULL,
+            deadline DOUBLE PRECISION NOT NULL,
+            whole_ticks {d.boolean} NOT NULL,
+            state TEXT NOT NULL,
+            freed INTEGER NOT NULL DEFAULT 0,
+            claimed_by TEXT)""",
+        "CREATE INDEX fence_reservations_expiry ON fence_reservations (state, deadline)",
+        "CREATE TABLE fence_keys (key TEXT PRIMARY KEY, current_id TEXT NOT NULL, attempts INTEGER NOT NULL)",
+        f"""CREATE TABLE fence_effects (
+            seq {d.serial},
+            key TEXT NOT NULL,
+            attempt_id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            fence_key TEXT UNIQUE)""",
+        "CREATE INDEX fence_effects_key ON fence_effects (key, seq)",
+        "CREATE TABLE fence_attempts (attempt_id TEXT PRIMARY KEY, state TEXT NOT NULL)",
+        f"INSERT INTO fence_schema (version) VALUES ({SCHEMA_VERSION})",
+    ]
+
+
+class SqlStore:
+    """One connection to one database, and the transactions fence runs on it."""
+
+    def __init__(self, url: str, dialect: Dialect, connection: Any, *, reset: bool) -> None:
+        self.url = url
+        self.dialect = dialect
+        self._connection = connection
+        self._prepare(reset)
+
+    # -- connecting --------------------------------------------------------------
+    @classmethod
+    def sqlite(cls, url: str, path: Path, *, reset: bool) -> SqlStore:
+        if not path.parent.is_dir():
+            raise BackendError(f"{url}: the directory {path.parent} does not exist; create it or fix the URL")
+        try:
+            # isolation_level=None: no implicit transactions; fence says BEGIN IMMEDIATE itself.
+            connection = sqlite3.connect(path, timeout=30.0, isolation_level=None, check_same_thread=False)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            connection.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.Error as error:
+            raise BackendError(f"{url}: cannot open the SQLite file {path} ({error}); check the path and its permissions") from None
+        return cls(url, SQLITE, connection, reset=reset)
+
+    @classmethod
+    def postgres(cls, url: str, *, reset: bool, namespace: str | None = None) -> SqlStore:
+        try:
+            import psycopg
+        except ImportError:
+            raise BackendError(f"{url}: PostgreSQL needs psycopg 3: pip install -e '.[postgres]'") from None
+        try:
+            connection = psycopg.connect(url, autocommit=True, connect_timeout=5)
+            if namespace:  # fence's tables in a schema of their own (one per verdict worker)
+                connection.execute(f'CREATE SCHEMA IF NOT EXISTS "{namespace}"')
+                connection.execute(f'SET search_path TO "{namespace}"')
+        except psycopg.ProgrammingError as error:
+            raise BackendError(f"{url}: not a PostgreSQL URL ({_one_line(error)}); write postgresql://USER@HOST:PORT/DBNAME") from None
+        except psycopg.Error as error:
+            raise BackendError(
+                f"{url}: cannot reach PostgreSQL ({_one_line(error)}); start it with "
+                "scripts/postgres.sh start and use the URL it prints"
+            ) from None
+        return cls(url, POSTGRES, connection, reset=reset)
+
+    def close(self) -> None:
+        self._connection.close()
+
+    # -- statements --------------------------------------------------------------
+    def _sql(self, text: str) -> str:
+        # Written with sqlite's ? placeholders; psycopg wants %s.
+        return text if self.dialect is SQLITE else text.replace("?", "%s")
+
+    def rows(self, text: str, params: tuple = ()) -> list[tuple]:
+        return self._connection.execute(self._sql(text), params).fetchall()
+
+    def one(self, text: str, params: tuple = ()) -> tuple | None:
+        return self._connection.execute(self._sql(text), params).fetchone()
+
+    def run(self, text: str, params: tuple = ()) -> int:
+        """Execute a change; how many rows it changed."""
+        return self._connection.execute(self._sql(text), params).rowcount
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[None]:
+        """One write transaction: committed if the block returns, rolled back if it raises."""
+        if self.dialect is SQLITE:
+            self._connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._connection.execute("ROLLBACK")
+                raise
+            self._connection.execute("COMMIT")
+        else:
+            with self._connection.transaction():
+                yield
+
+    def clock(self) -> float:
+        return self.one(f"SELECT {self.dialect.clock}")[0]
+
+    # -- schema ------------------------------------------------------------------
+    def _prepare(self, reset: bool) -> None:
+        """Create the schema if there is none; check its version; empty it if asked."""
+        try:
+            with self.write():
+                if self.dialect is POSTGRES:
+                    # Two processes opening a fresh database must not both create it.
+                    self.run("SELECT pg_advisory_xact_lock(?)", (0x66656E6365,))
+                found = self._schema_version()
+                if found is None:
+                    for statement in _schema(self.dialect):
+                        self.run(statement)
+                elif found != SCHEMA_VERSION and reset:
+                    for table in (*TABLES, "fence_schema"):
+                        self.run(f"DROP TABLE IF EXISTS {table}")
+                    for statement in _schema(self.dialect):
+                        self.run(statement)
+                elif found != SCHEMA_VERSION:
+                    raise BackendError(
+                        f"{self.url}: schema version {found} found, fence expects {SCHEMA_VERSION}; "
+                        f"run 'fence db reset {self.url}' (deletes fence's tables there) or open it with reset=True"
+                    )
+                elif reset:
+                    self.empty()
+        except BackendError:
+            self.close()
+            raise
+        except Exception as error:  # sqlite3.Error, psycopg.Error: not fence's database to use
+            self.close()
+            raise BackendError(f"{self.url}: cannot prepare fence's tables ({_one_line(error)}); check the database and its permissions") from None
+
+    def _schema_version(self) -> int | None:
+        if self.dialect is SQLITE:
+            exists = self.one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fence_schema'")
+        else:
+            exists = self.one("SELECT to_regclass('fence_schema')")
+            exists = exists if exists and exists[0] is not None else None
+        if not exists:
+            return None
+        row = self.one("SELECT MAX(version) FROM fence_schema")
+        return row[0] if row and row[0] is not None else 0
+
+    def empty(self) -> None:
+        """Delete every row fence keeps (call inside a write transaction)."""
+        for table in TABLES:
+            self.run(f"DELETE FROM {table}")
+
+    def reset(self) -> None:
+        with self.write():
+            self.empty()
+
+    def setting(self, name: str, value: str) -> None:
+        """Record a setting the first time; BackendError if the database holds another value."""
+        with self.write():
+            self.run("INSERT INTO fence_settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", (name, value))
+            stored = self.one("SELECT value FROM fence_settings WHERE name = ?", (name,))[0]
+        if stored != value:
+            raise BackendError(
+                f"{self.url}: this database holds {name} {stored}, not {value}; open it with the "
+                f"same {name}, or reset it ('fence db reset {self.url}')"
+            )
+
+    def counts(self) -> dict[str, int]:
+        return {table: self.one(f"SELECT COUNT(*) FROM {table}")[0] for table in TABLES}
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+# -- the ledger ------------------------------------------------------------------------
+_COLUMNS = "reservation_id, key, owner, deadline, whole_ticks, state"
+_R_COLUMNS = ", ".join(f"r.{name}" for name in _COLUMNS.split(", "))
+
+
+def _reservation(row: tuple) -> Reservation:
+    reservation_id, key, owner, deadline, whole_ticks, state = row
+    # The models' ticks are ints; keep them ints so sentences read "t=2", not "t=2.0".
+    return Reservation(reservation_id, key, owner, int(deadline) if whole_ticks else deadline, ReservationState(state))
+
+
+class SqlLedger:
+    """fence.Ledger's interface on a SQL store (quota semantics; no ``slots``)."""
+
+    slots = False
+
+    def __init__(self, store: SqlStore, capacity: int) -> None:
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
+            raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")
+        store.setting("capacity", str(capacity))
+        self.store = store
+        self.capacity = capacity
+
+    # -- reading ---------------------------------------------------------------
+    def get(self, reservation_id: str) -> Reservation:
+        row = self.store.one(f"SELECT {_COLUMNS} FROM fence_reservations WHERE reservation_id = ?", (reservation_id,))
+        if row is None:
+            raise KeyError(reservation_id)
+        return _reservation(row)
+
+    def reservations(self) -> list[Reservation]:
+        return [_reservation(row) for row in self.store.rows(f"SELECT {_COLUMNS} FROM fence_reservations ORDER BY seq")]
+
+    def current(self, key: str, *, lock: bool = False) -> Reservation | None:
+        row = self.store.one(
+            f"SELECT {_R_COLUMNS} FROM fence_keys k "
+            "JOIN fence_reservations r ON r.reservation_id = k.current_id WHERE k.key = ?"
+            + (self.store.dialect.lock_row if lock else ""),
+            (key,),
+        )
+        return None if row is None else _reservation(row)
+
+    def holds(self, reservation: Reservation) -> bool:
+        return reservation.holds_unit
+
+    @property
+    def held(self) -> int:
+        return self.store.one("SELECT COUNT(*) FROM fence_reservations WHERE state <> ?", (UNUSED.value,))[0]
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    @property
+    def units_freed(self) -> dict[str, int]:
+        """How many times each reservation returned its unit (must stay <= 1)."""
+        return dict(self.store.rows("SELECT reservation_id, freed FROM fence_reservations WHERE freed > 0 ORDER BY seq"))
+
+    def _now(self, now: float | None) -> tuple[str, tuple]:
+        """A SQL expression for ``now``: the value given, or the database's clock."""
+        return (self.store.dialect.clock, ()) if now is None else ("?", (now,))
+
+    def expired(self, now: float | None = None) -> list[Reservation]:
+        clock, params = self._now(now)
+        return [
+            _reservation(row)
+            for row in self.store.rows(
+                f"SELECT {_COLUMNS} FROM fence_reservations WHERE state = ? AND deadline <= {clock} ORDER BY seq",
+                (RESERVED, *params),
+            )
+        ]
+
+    # -- moving ----------------------------------------------------------------
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        store = self.store
+        with store.write():
+            # Serialises reserves on PostgreSQL (SQLite's immediate transaction already does).
+            store.one(f"SELECT value FROM fence_settings WHERE name = 'capacity'{store.dialect.lock_row}")
+            check_reserve(key, owner, lease, self.capacity, self.free, self.current(key))
+            if now is None:
+                now = store.clock()  # inside the transaction that writes the deadline
+            row = store.one("SELECT attempts FROM fence_keys WHERE key = ?", (key,))
+            count = (row[0] if row else 0) + 1
+            reservation = Reservation(f"{key}/r{count}", key, owner, now + lease)
+            store.run(
+                "INSERT INTO fence_keys (key, current_id, attempts) VALUES (?, ?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET current_id = excluded.current_id, attempts = excluded.attempts",
+                (key, reservation.reservation_id, count),
+            )
+            store.run(
+                "INSERT INTO fence_reservations (reservation_id, key, owner, deadline, whole_ticks, state) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (reservation.reservation_id, key, owner, reservation.deadline,
+                 isinstance(reservation.deadline, int), RESERVED),
+            )
+        return reservation
+
+    def _move(self, reservation: Reservation, move: Move, claimed_by: str | None = None) -> Reservation:
+        """Inside a write transaction: make ``move`` on the row as it was read, or refuse."""
+        target = next_state(reservation, move)
+        changed = self.store.run(
+            "UPDATE fence_reservations SET state = ?, freed = freed + ?, claimed_by = COALESCE(?, claimed_by) "
+            "WHERE reservation_id = ? AND state = ?",
+            (target.value, int(target is UNUSED), claimed_by, reservation.reservation_id, reservation.state.value),
+        )
+        if changed != 1:  # the row moved after it was read: never expected under the locks taken
+            raise BackendError(f"{move.value} on {reservation.reservation_id}: the row changed under a lock; report this")
+        return Reservation(reservation.reservation_id, reservation.key, reservation.owner, reservation.deadline, target)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        """Make one move from the table on one reservation, or raise and change nothing."""
+        with self.store.write():
+            row = self.store.one(
+                f"SELECT {_COLUMNS} FROM fence_reservations WHERE reservation_id = ?{self.store.dialect.lock_row}",
+                (reservation_id,),
+            )
+            if row is None:
+                raise KeyError(reservation_id)
+            return self._move(_reservation(row), move)
+
+    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+        """A worker's move, addressed by key: only the current owner may make it."""
+        with self.store.write():
+            current = self.current(key, lock=True)
+            check_owner(key, owner, move, current)
+            return self._move(current, move)
+
+    def confirm(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM)
+
+    def confirm_existing(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+    def claim_expired(
+        self, now: float | None, janitor: str, move: Move = Move.EXPIRE_AND_HOLD, limit: int = 100
+    ) -> list[Reservation]:
+        """Atomically make ``move`` on up to ``limit`` expired leases no other janitor claimed.
+
+        Each returned reservation was moved by this call alone: a lease another
+        janitor is claiming at the same moment is skipped (PostgreSQL: SKIP
+        LOCKED; SQLite: the immediate transaction), one it already claimed is no
+        longer reserved. ``now=None``: expiry judged on the database's clock.
+        """
+        if move not in EXPIRY_MOVES:
+            raise ValueError(f"claim_expired makes an expiry move, not {move.value}")
+        target = TRANSITIONS[ReservationState.RESERVED][move]
+        clock, params = self._now(now)
+        store = self.store
+        with store.write():
+            rows = store.rows(
+                f"UPDATE fence_reservations SET state = ?, freed = freed + ?, claimed_by = ? "
+                f"WHERE state = ? AND seq IN (SELECT seq FROM fence_reservations WHERE state = ? "
+                f"AND deadline <= {clock} ORDER BY seq LIMIT ?{store.dialect.skip_locked}) "
+                f"RETURNING seq, {_COLUMNS}",
+                (target.value, int(target is UNUSED), janitor, RESERVED, RESERVED, *params, limit),
+            )
+        return [_reservation(row[1:]) for row in sorted(rows)]
+
+    def claimed_by(self, reservation_id: str) -> str | None:
+        """Which janitor claimed this lease (None: none did)."""
+        return self.store.one("SELECT claimed_by FROM fence_reservations WHERE reservation_id = ?", (reservation_id,))[0]
+
+    def snapshot(self) -> tuple:
+        """A hashable picture of the whole ledger, equal to fence.Ledger's for the same history."""
+        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+
+
+# -- the destination ---------------------------------------------------------------------
+class SqlDestination:
+    """fence.Destination on a SQL store: effects with a UNIQUE fence, and an attempts witness."""
+
+    def __init__(self, store: SqlStore, guards: Guards) -> None:
+        store.setting("guards", guards.describe())
+        self.store = store
+        self.guards = guards
+
+    def register(self, attempt_id: str, key: str) -> AttemptState | None:
+        if not self.guards.witness:
+            return None
+        with self.store.write():
+            # Upsert that keeps what is there: one statement, and it returns the state.
+            (state,) = self.store.one(
+                "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+                "DO UPDATE SET state = fence_attempts.state RETURNING state",
+                (attempt_id, AttemptState.IN_FLIGHT.value),
+            )
+        return AttemptState(state)
+
+    def _first_payload(self, key: str) -> str | None:
+        row = self.store.one("SELECT payload FROM fence_effects WHERE key = ? ORDER BY seq LIMIT 1", (key,))
+        return None if row is None else row[0]
+
+    def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        store, guards = self.store, self.guards
+        with store.write():
+            known = None
+            if guards.witness:
+                # Take the attempt's row first (creating it in flight if unseen): on
+                # PostgreSQL that locks it, so an abandon waits for this commit.
+                (state,) = store.one(
+                    "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+                    "DO UPDATE SET state = fence_attempts.state RETURNING state",
+                    (attempt_id, AttemptState.IN_FLIGHT.value),
+                )
+                known = AttemptState(state)
+            if guards.fingerprint and not guards.fence and store.dialect is POSTGRES:
+                # No constraint to lean on: serialise this key's commits so two
+                # payloads cannot both pass the fingerprint check.
+                store.run("SELECT pg_advisory_xact_lock(hashtext(?))", (key,))
+            result, witnessed = judge_commit(guards, known, self._first_payload(key), payload)
+            if result is CommitResult.WRITTEN:
+                inserted = store.one(
+                    "INSERT INTO fence_effects (key, attempt_id, payload, fence_key) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT DO NOTHING RETURNING seq",
+                    (key, attempt_id, payload, key if guards.fence else None),
+                )
+                if inserted is None:
+                    # The UNIQUE fence refused: a concurrent commit for the key got in first.
+                    result, witnessed = judge_commit(guards, known, self._first_payload(key), payload)
+            if witnessed is not None:
+                store.run("UPDATE fence_attempts SET state = ? WHERE attempt_id = ?", (witnessed.value, attempt_id))
+        return result
+
+    def lookup(self, key: str) -> bool:
+        return self.store.one("SELECT 1 FROM fence_effects WHERE key = ? LIMIT 1", (key,)) is not None
+
+    def attempt_state(self, attempt_id: str) -> AttemptState | None:
+        if not self.guards.witness:
+            return None
+        row = self.store.one("SELECT state FROM fence_attempts WHERE attempt_id = ?", (attempt_id,))
+        return None if row is None else AttemptState(row[0])
+
+    def abandon_unless_committed(self, attempt_id: str) -> AttemptState:
+        if not self.guards.witness:
+            raise WitnessRequired("abandon_unless_committed needs a destination with the witness guard on")
+        with self.store.write():
+            # One statement: a tombstone if unseen, ABANDONED unless COMMITTED, the result returned.
+            (state,) = self.store.one(
+                "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+                "DO UPDATE SET state = CASE WHEN fence_attempts.state = ? THEN fence_attempts.state "
+                "ELSE excluded.state END RETURNING state",
+                (attempt_id, AttemptState.ABANDONED.value, AttemptState.COMMITTED.value),
+            )
+        return AttemptState(state)
+
+    def effects(self) -> list[Effect]:
+        rows = self.store.rows("SELECT key, attempt_id, payload FROM fence_effects ORDER BY seq")
+        # Numbered by landing order: a refused insert may have used up an id.
+        return [Effect(key, attempt, payload, number) for number, (key, attempt, payload) in enumerate(rows, 1)]
+
+    def snapshot(self) -> tuple:
+        """The same picture as TicketService.snapshot() for the same history."""
+        attempts = self.store.rows("SELECT attempt_id, state FROM fence_attempts")
+        return (
+            tuple((e.key, e.attempt_id, e.payload) for e in self.effects()),
+            tuple(sorted((attempt, state) for attempt, state in attempts)),
+        )

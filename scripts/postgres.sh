@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# A private, throwaway PostgreSQL cluster for fence's tests and CI.
+#
+#   scripts/postgres.sh start          start one; prints its URL (postgresql://fence@127.0.0.1:PORT/fence)
+#   scripts/postgres.sh stop [URL]     stop it and delete its directory
+#   scripts/postgres.sh status [URL]   exit 0 if it runs, 3 if not
+#   scripts/postgres.sh url            the URL of the cluster started last
+#
+# URL defaults to $FENCE_POSTGRES_URL. The cluster lives in
+# ${TMPDIR:-/tmp}/fence-postgres-PORT, listens on 127.0.0.1 only, trusts local
+# connections, and runs with fsync off: it is for tests, never for data. When
+# run as root, initdb and the server run as the system user "fencepg" (created
+# if missing; PostgreSQL refuses to run as root). If initdb is not installed,
+# it is installed with apt-get.
+set -euo pipefail
+
+BASE="${TMPDIR:-/tmp}"
+LAST="$BASE/fence-postgres.last"
+RUN_AS=fencepg
+
+die() { echo "postgres.sh: $*" >&2; exit 2; }
+
+find_bin() {
+    local found
+    # Resolve links: a linked initdb (/usr/local/bin) may have no createdb beside it.
+    if found="$(command -v initdb 2>/dev/null)"; then dirname "$(readlink -f "$found")"; return; fi
+    found="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)"
+    if [ -n "$found" ] && [ -x "$found/initdb" ]; then echo "$found"; return; fi
+    return 1
+}
+
+ensure_bin() {
+    local bin
+    if bin="$(find_bin)"; then echo "$bin"; return; fi
+    [ "$(id -u)" = 0 ] || die "PostgreSQL is not installed; install it (apt-get install postgresql) or run as root"
+    echo "postgres.sh: installing PostgreSQL with apt-get" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    find_bin || die "apt-get installed postgresql but no initdb was found under /usr/lib/postgresql"
+}
+
+as_owner() {
+    if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi
+}
+
+port_of() {
+    local url="${1:-${FENCE_POSTGRES_URL:-}}"
+    [ -n "$url" ] || die "no URL given and FENCE_POSTGRES_URL is not set"
+    local port="${url##*:}"; port="${port%%/*}"
+    [[ "$port" =~ ^[0-9]+$ ]] || die "cannot read a port in $url; pass the URL 'start' printed"
+    echo "$port"
+}
+
+start() {
+    local bin port dir
+    bin="$(ensure_bin)"
+    if [ "$(id -u)" = 0 ] && ! id "$RUN_AS" >/dev/null 2>&1; then
+        useradd --system --no-create-home --shell /usr/sbin/nologin "$RUN_AS"
+    fi
+    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    dir="$BASE/fence-postgres-$port"
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown "$RUN_AS" "$dir"
+    chmod 700 "$dir"
+    as_owner "$bin/initdb" -D "$dir/data" -U fence --auth=trust --encoding=UTF8 --no-sync >"$dir/initdb.log" 2>&1 \
+        || { cat "$dir/initdb.log" >&2; rm -rf "$dir"; die "initdb failed (log above)"; }
+    if ! as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start \
+        -o "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+        >/dev/null; then
+        cat "$dir/server.log" >&2 || true
+        rm -rf "$dir"
+        die "the server did not start (log above)"
+    fi
+    if ! as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U fence fence; then
+        as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+        rm -rf "$dir"
+        die "createdb failed"
+    fi
+    echo "postgresql://fence@127.0.0.1:$port/fence" | tee "$LAST"
+}
+
+stop() {
+    local bin port dir
+    port="$(port_of "${1:-}")"
+    dir="$BASE/fence-postgres-$port"
+    [ -d "$dir" ] || die "no cluster of this script at port $port ($dir is missing)"
+    bin="$(find_bin)" || die "PostgreSQL is not installed"
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
+    rm -rf "$dir"
+}
+
+status() {
+    local bin port dir
+    port="$(port_of "${1:-}")"
+    dir="$BASE/fence-postgres-$port"
+    bin="$(find_bin)" || exit 3
+    [ -d "$dir/data" ] && as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || exit 3
+    echo "running: postgresql://fence@127.0.0.1:$port/fence ($dir)"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop "${2:-}" ;;
+    status) status "${2:-}" ;;
+    url) [ -s "$LAST" ] || die "no cluster started yet: scripts/postgres.sh start"; cat "$LAST" ;;
+    *) die "usage: scripts/postgres.sh start|stop [URL]|status [URL]|url" ;;
+esac
