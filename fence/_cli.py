@@ -349,8 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
     bench.add_argument(
-        "what", choices=["detection", "explorer"],
-        help="detection: each expected violation over many seeds; explorer: states/s and time to exhaust",
+        "what", choices=["detection", "counterexamples", "explorer", "suite"],
+        help="detection: each expected violation over many seeds; counterexamples: time to a first, "
+        "minimised and proved-shortest counterexample per violated cell; explorer: states/s and time to "
+        "exhaust each bound; suite: the test suite's wall time",
     )
     bench.add_argument("--policy", action="append", help="only this built-in policy (repeatable)")
     bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
@@ -467,6 +469,10 @@ def cmd_bench(args) -> int:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
     if args.what == "explorer":
         return _bench.explorer(names, args.time_budget, args.workers, command, out)
+    if args.what == "counterexamples":
+        return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
+    if args.what == "suite":
+        return _bench.suite(command, out)
     return _bench.detection(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
 
 

@@ -1,11 +1,12 @@
 """The exhaustive explorer: verdicts, proofs within bounds, shortest counterexamples, the CLI.
 
 The CI bound is 1 unit x 1 job x 3 attempts, lease 2, horizon 3 (``CI_BOUND``):
-the state space under it is exhausted for every policy in 5-40 s each, so the
-default run explores naive (the most violations) and abandon-fenced (the safe
-policy) and leaves the full matrix to ``--run-slow``. At horizon 3 a lease of 2
-expires at most once per attempt, so the third attempt is never started by
-the chosen steps (only by the drain); see the README for the horizon-4 figures.
+its state space is exhausted for every policy in a few seconds each (655 to
+2,588 distinct states), so the default run explores every policy's row. At
+horizon 3 a lease of 2 expires at most once per attempt, so the third attempt
+is never started by the chosen steps (only by the drain); ``HORIZON_4`` lets
+all three start. 2 units x 2 jobs x 2 attempts (``TWO_BY_TWO``) takes minutes
+and runs with ``--run-slow``.
 """
 
 import random
@@ -17,11 +18,14 @@ import pytest
 from fence._cli import PROFILES
 from fence._explore import Outcome, _DrainJudge, explore, shortest, state_key
 from fence._invariants import BY_NAME, required_dangers
+from fence._minimise import replay_actions
 from fence._policies import POLICIES
 from fence._verdicts import Verdict, load_expected, profile_settings, survey_config
 from fence._world import ModelConfig, World
 
 CI_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
+HORIZON_4 = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4)
+TWO_BY_TWO = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
 EXPECTED = load_expected()
 FENCE = [sys.executable, "-m", "fence._cli"]
 _CACHE: dict[str, object] = {}
@@ -45,16 +49,9 @@ def _check_row(name: str) -> None:
     assert observed == wanted
 
 
-@pytest.mark.parametrize("name", ["naive", "abandon-fenced"])
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_explorer_row_equals_the_expected_matrix(name):
     """Exhausting the CI bound gives the committed row: violated cells violated, holds cells proved."""
-    _check_row(name)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in POLICIES if n not in ("naive", "abandon-fenced")])
-def test_explorer_row_equals_the_expected_matrix_for_every_other_policy(name):
-    """The same for the remaining policies (about 3 minutes in all)."""
     _check_row(name)
 
 
@@ -67,7 +64,40 @@ def test_abandon_fenced_is_proved_at_one_unit_one_job_three_attempts():
     assert found.drains_unsettled == 0
 
 
-@pytest.mark.parametrize("name", ["naive", "abandon-fenced"])
+def test_abandon_fenced_is_proved_with_all_three_attempts_reachable():
+    """At horizon 4 a third attempt starts within the chosen steps; abandon-fenced is still PROVED."""
+    found = explore(POLICIES["abandon-fenced"], HORIZON_4)
+    assert found.exhausted and found.outcome() is Outcome.PROVED
+    assert not found.missing_dangers()
+    assert any(a.endswith("#3") for a in _attempts_started(POLICIES["abandon-fenced"], HORIZON_4))
+
+
+def _attempts_started(policy, config) -> set[str]:
+    """Every attempt some chosen step of a random walk starts (a cheap reachability witness)."""
+    rng = random.Random(3)
+    started: set[str] = set()
+    for _ in range(400):
+        world = World(policy, config)
+        for _ in range(60):
+            actions = world.enabled_actions()
+            if not actions:
+                break
+            world.apply(rng.choice(actions))
+        started |= set(world.attempts)
+    return started
+
+
+@pytest.mark.slow
+def test_abandon_fenced_is_proved_at_two_units_two_jobs_two_attempts():
+    """2 units x 2 jobs x 2 attempts (horizon 2, jobs symmetric) is exhausted and every invariant PROVED."""
+    found = explore(POLICIES["abandon-fenced"], TWO_BY_TWO, symmetry=True)
+    print(f"{found.states} states, {found.transitions} transitions, {found.seconds:.0f}s")
+    assert found.exhausted and found.outcome() is Outcome.PROVED
+    assert not found.missing_dangers()
+    assert found.drains_unsettled == 0
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_the_dangerous_states_are_reached(name):
     """Every danger the policy must face is reached by some explored transition."""
     found = explored(name)
@@ -76,7 +106,29 @@ def test_the_dangerous_states_are_reached(name):
         assert found.reached[danger.name] > 0
 
 
-@pytest.mark.parametrize("name", ["naive", "abandon-fenced"])
+# Hypothesis samples; the explorer does not. At the CI bound the one cell where
+# sampling falls short is witness-fenced / no_silent_replay: its shortest run is
+# 12 chosen steps that must all fit under horizon 3 (a probe racing the
+# registration, the commit, a settle, a revised retry and its commit), and
+# Hypothesis missed it at 400 and at 1,000 examples (of 20 and 30 steps). It finds
+# the cell on the default model (horizon 30), which is where fence verdicts
+# looks. Strict: the day Hypothesis finds it here, this test fails and says so.
+SAMPLING_MISSES = {"witness-fenced": "no_silent_replay"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.xfail(
+                strict=True, reason=f"Hypothesis' sampling misses {SAMPLING_MISSES[name]} at the CI bound"
+            ),
+        )
+        if name in SAMPLING_MISSES else name
+        for name in POLICIES
+    ],
+)
 def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
     """At the CI bound, Hypothesis violates exactly the cells the explorer violates."""
     examples, steps, _shrink = PROFILES["default"]
@@ -86,6 +138,17 @@ def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
     assert set(hypothesis.counterexamples) == violated
     for inv, example in hypothesis.counterexamples.items():
         assert found.results[inv].depth <= example.rule_steps
+
+
+@pytest.mark.parametrize("name", list(SAMPLING_MISSES))
+def test_what_sampling_misses_is_a_run_of_the_machine_hypothesis_drives(name):
+    """The explorer's counterexample for the missed cell replays through the same World and breaks it."""
+    inv = BY_NAME[SAMPLING_MISSES[name]]
+    found = explored(name).results[inv.name]
+    assert found.outcome is Outcome.VIOLATED
+    actions = [step.action for step in found.counterexample.steps if not step.drain]
+    replayed = replay_actions(POLICIES[name], CI_BOUND, actions, inv)
+    assert replayed is not None and len(replayed.actions) == found.depth == 12
 
 
 def test_explorer_shortest_naive_duplicate_is_no_longer_than_the_minimised_one():
