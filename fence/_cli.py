@@ -121,6 +121,19 @@ def _survey_one(arguments) -> ConfigResult:
     return survey_config(policy, config, **options)
 
 
+def _wants_shortest(args) -> bool:
+    """``verdicts`` asks the explorer for shortest counterexamples unless told not to.
+
+    The explorer runs in memory only, so on a backend the default is off; ``check``
+    has no such option and runs a user's destination, which the explorer may
+    not be able to copy.
+    """
+    chosen = getattr(args, "shortest", None)
+    if chosen is not None:
+        return chosen
+    return hasattr(args, "shortest") and getattr(args, "backend", None) is None
+
+
 def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
     examples, steps, shrink = PROFILES[args.profile]
     options = {
@@ -129,7 +142,7 @@ def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> 
         "destination_factory": destination,
         "ledger_factory": ledger,
         "hypothesis_shrink": shrink,
-        "explorer_shortest": getattr(args, "shortest", False),
+        "explorer_shortest": _wants_shortest(args),
     }
     configs = _configs(args)
     # One task per policy and configuration, so both cores stay busy to the end.
@@ -313,8 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument("--policy", action="append", help="only this policy (repeatable)")
     verdicts.add_argument("--expected", help="expected-verdicts file (default: the committed one)")
     verdicts.add_argument(
-        "--shortest", action="store_true",
-        help="replace each minimised counterexample by the explorer's shortest (slower)",
+        "--shortest", action=argparse.BooleanOptionalAction, default=None,
+        help="replace each minimised counterexample by the explorer's shortest, a breadth-first search no "
+        "deeper than it (the default in memory; --no-shortest keeps fence's minimised one and is faster)",
     )
     verdicts.add_argument(
         "--backend", metavar="URL",
