@@ -310,6 +310,11 @@ def test_two_janitors_claiming_at_once_never_claim_the_same_lease(backend_url):
         mine = []
         while batch := janitors[index].ledger.claim_expired(10, f"janitor-{index}", Move.EXPIRE_AND_RELEASE, limit=7):
             mine.extend(r.reservation_id for r in batch)
+            # A real janitor does work between claims. Without this pause a thread
+            # that holds the GIL and SQLite's write lock can take every batch
+            # before the other wakes (seen on a loaded 2-core machine), and the
+            # race this test is about never happens.
+            time.sleep(0.002)
         return mine
 
     try:
