@@ -359,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--workers", type=_positive, default=1, help="2: the drain-judged invariant in a second process")
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
     explore.add_argument("--out", default="evidence/counterexamples/explorer", help="where counterexamples go")
+    explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
     explore.set_defaults(handler=cmd_explore)
 
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
@@ -457,6 +458,12 @@ def cmd_explore(args) -> int:
     for item in found.results.values():
         if item.counterexample:
             written.extend(_counterexample.write(item.counterexample, out))
+    if args.report:
+        from fence import _evidence
+
+        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence explore"
+        text = "\n".join([*_evidence.header(command), "", _explore.report_text(found)]) + "\n"
+        _evidence.write_atomically(Path(args.report), text)
     if args.json:
         print(json.dumps(_explore.to_json(found), indent=2))
     else:
