@@ -88,7 +88,7 @@ _CONTEXT.set_forkserver_preload(["fence._processes"])
 
 def _database_errors() -> tuple[type[BaseException], ...]:
     """What a lost connection or a restarting server raises (never a refusal)."""
-    errors: list[type[BaseException]] = [sqlite3.OperationalError, BackendError]
+    errors: list[type[BaseException]] = [sqlite3.OperationalError]
     try:
         import psycopg
     except ImportError:
@@ -121,12 +121,16 @@ class Link:
 class Reconnecting:
     """A backend that is reopened, with backoff, after a database error."""
 
-    def __init__(self, url: str, capacity: int, policy_name: str, give_up_after: float = 60.0) -> None:
+    def __init__(self, url: str, capacity: int, policy_name: str, *, reset: bool = False,
+                 give_up_after: float = 60.0) -> None:
         self.url, self.capacity, self.guards = url, capacity, POLICIES[policy_name].guards
         self.give_up_after = give_up_after
         self.reconnects = 0
         self.backend = None
-        self.reopen()
+        if reset:  # the parent: first open fails fast, one line, if the URL is wrong
+            self.backend = open_backend(url, capacity=capacity, guards=self.guards, reset=True)
+        else:
+            self.reopen()
 
     def reopen(self) -> None:
         if self.backend is not None:
@@ -138,7 +142,7 @@ class Reconnecting:
             try:
                 self.backend = open_backend(self.url, capacity=self.capacity, guards=self.guards)
                 return
-            except DATABASE_ERRORS:
+            except (*DATABASE_ERRORS, BackendError):  # BackendError here: cannot reach it (yet)
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(pause)
@@ -749,3 +753,226 @@ def restart_postgres(url: str) -> None:
     done = subprocess.run(["bash", str(SCRIPT), "restart", url], capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise BackendError(f"restarting PostgreSQL failed: {done.stderr.strip() or done.returncode}")
+
+
+# -- the fleet benchmark --------------------------------------------------------------------
+FLEET_JANITOR_POLL = 0.02
+FLEET_WORK = (0.002, 0.010)
+"""Seconds of work per job, drawn uniformly: short, so the database is what is measured."""
+
+
+@dataclass
+class FleetResult:
+    policy: str
+    url: str
+    workers: int
+    janitors: int
+    jobs: int
+    lease: float
+    kill_every: float | None
+    elapsed: float = 0.0
+    finished: bool = False
+    kills: int = 0
+    unexpected_exits: int = 0
+    attempts: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    janitor_events: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    restart_began: float | None = None
+    restart_up: float | None = None
+    first_confirm_after_up: float | None = None
+    restart_error: str | None = None
+    audit: Audit | None = None
+
+    @property
+    def jobs_per_second(self) -> float:
+        return self.jobs / self.elapsed if self.elapsed else 0.0
+
+    @property
+    def recovery(self) -> float | None:
+        """Seconds from the restart's start to the first job confirmed after the server was back."""
+        if self.restart_began is None or self.first_confirm_after_up is None:
+            return None
+        return self.first_confirm_after_up - self.restart_began
+
+    def lines(self) -> list[str]:
+        found = self.audit
+        restart = "no"
+        if self.restart_error:
+            restart = f"FAILED ({self.restart_error})"
+        elif self.restart_began is not None:
+            down = None if self.restart_up is None else self.restart_up - self.restart_began
+            after = (None if self.first_confirm_after_up is None or self.restart_up is None
+                     else self.first_confirm_after_up - self.restart_up)
+            restart = (f"yes: server down for {_at(down)}, first job confirmed {_at(after)} after it was back, "
+                       f"recovery={_at(self.recovery)} from the restart's start")
+        outcomes = " ".join(f"{name.replace(' ', '_')}={n}" for name, n in sorted(self.outcomes.items()))
+        janitor = " ".join(f"{name}={n}" for name, n in sorted(self.janitor_events.items()))
+        return [
+            f"FLEET policy={self.policy} workers={self.workers} janitors={self.janitors} jobs={self.jobs} "
+            f"capacity={self.jobs} lease={self.lease:g}s kill_every="
+            + ("none" if not self.kill_every else f"{self.kill_every:g}s"),
+            f"  elapsed={self.elapsed:.2f}s jobs_per_s={self.jobs_per_second:.1f} finished={'yes' if self.finished else 'NO'}",
+            f"  reservation latency (one reserve call) p50={_ms(self.latencies, 50)} p99={_ms(self.latencies, 99)}; "
+            f"wait for a unit p50={_ms(self.waits, 50)} p99={_ms(self.waits, 99)}",
+            f"  attempts={self.attempts} kills={self.kills} unexpected_exits={self.unexpected_exits} {outcomes}",
+            f"  janitors: {janitor or 'nothing expired'}",
+            f"  database restart: {restart}",
+            f"SUMMARY policy={self.policy} duplicates={found.duplicates} lost={len(found.lost)} "
+            f"leaked={found.leaked} stuck={len(found.stuck)} jobs_per_s={self.jobs_per_second:.1f} "
+            f"reserve_p50={_ms(self.latencies, 50)} reserve_p99={_ms(self.latencies, 99)} "
+            f"recovery={_at(self.recovery) if self.restart_began is not None else 'n/a'}",
+            *(f"  PROBLEM: {p}" for p in found.problems),
+        ]
+
+
+def _ms(values: list[float], percentile: int) -> str:
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(percentile / 100 * len(ordered)) - 1))
+    return f"{1000 * ordered[index]:.1f}ms"
+
+
+def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lease: float = 1.0,
+          kill_every: float | None = 0.5, restart: Callable[[], None] | None = None, janitors: int = 2,
+          seed: int = 0, time_limit: float = 300.0, progress: Progress = _quiet) -> FleetResult:
+    """Workers and janitors as processes over ``jobs`` jobs, random SIGKILLs, optionally one restart.
+
+    The quota is exactly ``jobs`` units, so a leaked unit leaves a job that can
+    never be reserved: it shows as a lost job, not only as a count. A job is
+    dispatched again only when the ledger released its reservation (a killed,
+    refused or unsure attempt leaves it to the janitors), never on a guess.
+    """
+    rng = random.Random(seed)
+    result = FleetResult(policy_name, url, workers, janitors, jobs, lease, kill_every)
+    parent = Reconnecting(url, jobs, policy_name, reset=True)
+    hands = Hands()
+    keys = [f"job{n:05d}" for n in range(jobs)]
+    pending = list(reversed(keys))
+    tries = dict.fromkeys(keys, 0)
+    in_doubt: set[str] = set()
+    done: set[str] = set()
+    job_of: dict[int, str] = {}
+    outcomes: dict[str, int] = {}
+    try:
+        team = [hands.spawn(f"janitor-{n}", janitor_main, url, jobs, policy_name, f"janitor-{n}", FLEET_JANITOR_POLL)
+                for n in range(1, janitors + 1)]
+        crew = [hands.spawn(f"worker-{n}", worker_main, url, jobs, policy_name) for n in range(1, workers + 1)]
+        hands.ready(team + crew)
+        idle = list(crew)
+        t0 = time.monotonic()
+        next_kill = t0 + kill_every if kill_every else float("inf")
+        next_doubt = t0
+        restarter: threading.Thread | None = None
+
+        def do_restart() -> None:
+            result.restart_began = time.monotonic()
+            try:
+                restart()
+            except BackendError as error:
+                result.restart_error = str(error)
+            result.restart_up = time.monotonic()
+
+        def replace(child: Child) -> None:
+            key = job_of.pop(id(child), None)
+            if key is not None:
+                in_doubt.add(key)
+            crew.remove(child)
+            crew.append(hands.spawn(f"worker-{len(hands.children) + 1}", worker_main, url, jobs, policy_name))
+
+        while len(done) < jobs and time.monotonic() < t0 + time_limit:
+            while idle and pending:
+                child, key = idle.pop(), pending.pop()
+                tries[key] += 1
+                child.busy, job_of[id(child)] = f"{key}#{tries[key]}", key
+                result.attempts += 1
+                child.send("attempt", key, child.busy, lease, rng.uniform(*FLEET_WORK), None)
+            for child, kind, t, data in hands.messages(0.01):
+                if child in team:
+                    if kind == "exited":
+                        raise BackendError(f"{child.name} exited unexpectedly (exit code {data['exitcode']})")
+                    name = f"settled_{data['state']}" if kind == "settle" else kind
+                    result.janitor_events[name] = result.janitor_events.get(name, 0) + 1
+                elif kind == "ready":
+                    child.pid = data["pid"]
+                    idle.append(child)
+                elif kind == "reserved":
+                    result.latencies.append(data["latency"])
+                    result.waits.append(data["waited"])
+                elif kind == "done":
+                    key = job_of.pop(id(child))
+                    outcomes[data["outcome"]] = outcomes.get(data["outcome"], 0) + 1
+                    if data["outcome"] in {s.value for s in SETTLED}:
+                        done.add(key)
+                        if result.restart_up is not None and result.first_confirm_after_up is None and t > result.restart_up:
+                            result.first_confirm_after_up = t
+                    else:
+                        in_doubt.add(key)
+                    child.busy = None
+                    idle.append(child)
+                elif kind == "exited":
+                    result.unexpected_exits += 1
+                    replace(child)
+            now = time.monotonic()
+            if now >= next_kill:
+                next_kill = now + kill_every
+                victims = [c for c in crew if c.alive and c.busy]
+                if victims:
+                    victim = rng.choice(victims)
+                    hands.kill(victim)
+                    result.kills += 1
+                    if victim in idle:
+                        idle.remove(victim)
+                    replace(victim)
+            if restart is not None and restarter is None and len(done) >= jobs // 2:
+                restarter = threading.Thread(target=do_restart, daemon=True)
+                restarter.start()
+            if now >= next_doubt and in_doubt:
+                next_doubt = now + 0.05
+                try:
+                    for key in sorted(in_doubt):
+                        current = parent.backend.ledger.current(key)
+                        if current is None or current.state is ReservationState.UNUSED:
+                            in_doubt.discard(key)
+                            pending.append(key)  # released by the ledger (or never reserved): retry
+                        elif current.state in SETTLED:
+                            in_doubt.discard(key)
+                            done.add(key)  # settled by a janitor as confirmed_existing
+                except DATABASE_ERRORS:
+                    parent.reopen()
+            progress(f"fleet {policy_name}: {len(done)}/{jobs} jobs, {result.kills} kills")
+        result.elapsed = time.monotonic() - t0
+        result.finished = len(done) == jobs
+        if restarter is not None:
+            restarter.join(120)
+        # The drain: every attempt still running finishes, then the janitors get a last pass.
+        deadline = time.monotonic() + 3 * lease + 10
+        while any(c.busy for c in crew if c.alive) and time.monotonic() < deadline:
+            for child, kind, t, data in hands.messages(0.05):
+                if kind == "done":
+                    job_of.pop(id(child), None)
+                    outcomes[data["outcome"]] = outcomes.get(data["outcome"], 0) + 1
+                    child.busy = None
+                elif kind == "exited":
+                    child.busy = None
+        time.sleep(FLEET_JANITOR_POLL * 3)
+        result.outcomes = outcomes
+        result.audit = parent.retry(lambda backend: audit(backend, keys))
+        return result
+    finally:
+        hands.close()
+        parent.close()
+
+
+def describe_backend(url: str) -> str:
+    """The database and its version, for evidence headers."""
+    if url.startswith("sqlite://"):
+        return f"SQLite {sqlite3.sqlite_version} (WAL), {url}"
+    backend = open_backend(url, capacity=1, guards=POLICIES["naive"].guards, reset=True)
+    try:
+        version = backend.store.one("SHOW server_version")[0]
+    finally:
+        backend.close()
+    return f"PostgreSQL {version}, {url}"
