@@ -44,7 +44,6 @@ import os
 import random
 import signal
 import sqlite3
-import statistics
 import subprocess
 import tempfile
 import threading
@@ -60,16 +59,15 @@ from fence._ledger import Move, ReservationState
 from fence._policies import POLICIES, Decision
 from fence._realclock import (
     CRASH_POLICIES,
-    DELAYED_EXPECTED,
     DELAYED_POLICIES,
     Event,
     Progress,
     TrialResult,
     VariantResult,
     _at,
-    _expect,
     _quiet,
-    spread,
+    close_crash_variant,
+    close_delayed_variant,
 )
 from fence.backends import open_backend
 
@@ -567,7 +565,7 @@ def crash_trial(url: str, policy_name: str, crash: str, lease: float, number: in
         "released": int(release is not None),
         "returned_with_effect": int(release is not None and release["effect_existed"]),
         "retried": int(bool(retry)),
-        "audit_problems": len(found.problems),
+        "drain_problems": len(found.problems),
     }
     times = {
         "expiry": trial.expiry,
@@ -601,31 +599,7 @@ def crash_boundary(url: str, trials: int, lease: float, progress: Progress = _qu
             for number in range(1, trials + 1):
                 progress(f"processes crash-boundary {name} {crash} trial {number}/{trials}")
                 variant.trials.append(crash_trial(url, name, crash, lease, number))
-            total = {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
-            variant.totals = {
-                "duplicate_writes_total": total["duplicates"],
-                "capacity_returned_while_effect_exists": total["returned_with_effect"],
-                "capacity_returned": total["released"],
-                "audit_problems": total["audit_problems"],
-            }
-            variant.summary = (
-                f"SUMMARY {variant.label} trials={trials} duplicate_writes_total={total['duplicates']} "
-                f"capacity_returned_while_effect_exists={total['returned_with_effect']}/{trials} "
-                f"capacity_returned={total['released']}/{trials} "
-                f"expiry={spread([t.times['expiry'] for t in variant.trials])} "
-                f"drain_problems={total['audit_problems']}"
-            )
-            after = CRASH_EXPECTED[crash] == "after-effect"
-            if name == "naive":
-                _expect(variant, "duplicate_writes_total", trials if after else 0)
-                _expect(variant, "capacity_returned_while_effect_exists", trials if after else 0)
-                _expect(variant, "capacity_returned", trials)
-            else:
-                _expect(variant, "duplicate_writes_total", 0)
-                _expect(variant, "capacity_returned_while_effect_exists", 0)
-                _expect(variant, "capacity_returned", 0 if after else trials)
-            # Naive's duplicate is the finding, not a drain failure; every other count must be clean.
-            _expect(variant, "audit_problems", 0)
+            close_crash_variant(variant, name, CRASH_EXPECTED[crash] == "after-effect", trials, clean=("drain_problems",))
             variants.append(variant)
     return variants
 
@@ -645,7 +619,7 @@ def delayed_trial(url: str, policy_name: str, lease: float, number: int) -> Tria
         "released": int(release is not None),
         "early_release": int(early),
         "retried": int(bool(retry)),
-        "audit_problems": len(found.problems),
+        "drain_problems": len(found.problems),
     }
     times = {
         "expiry": trial.expiry,
@@ -671,24 +645,7 @@ def delayed_commit(url: str, trials: int, lease: float, progress: Progress = _qu
         for number in range(1, trials + 1):
             progress(f"processes delayed-commit {name} trial {number}/{trials}")
             variant.trials.append(delayed_trial(url, name, lease, number))
-        total = {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
-        variant.totals = {
-            "duplicate_writes_total": total["duplicates"],
-            "early_capacity_release": total["early_release"],
-            "capacity_released": total["released"],
-            "audit_problems": total["audit_problems"],
-        }
-        variant.summary = (
-            f"SUMMARY {variant.label} trials={trials} duplicate_writes_total={total['duplicates']} "
-            f"early_capacity_release={total['early_release']}/{trials} "
-            f"capacity_released={total['released']}/{trials} "
-            f"loser_wasted={spread([t.times['wasted'] for t in variant.trials])} "
-            f"drain_problems={total['audit_problems']}"
-        )
-        duplicates, early = DELAYED_EXPECTED[name]
-        _expect(variant, "duplicate_writes_total", trials if duplicates else 0)
-        _expect(variant, "early_capacity_release", trials if early else 0)
-        _expect(variant, "audit_problems", 0)
+        close_delayed_variant(variant, name, trials, clean=("drain_problems",))
         variants.append(variant)
     return variants
 

@@ -59,7 +59,7 @@ def test_crash_boundary_on_processes_matches_the_article(crash, label, duplicate
         "duplicate_writes_total": duplicates,
         "capacity_returned_while_effect_exists": with_effect,
         "capacity_returned": returned,
-        "audit_problems": 0,
+        "drain_problems": 0,
     }, [t.line for t in variant.trials]
     assert variant.differences == []
     assert all(t.settled for t in variant.trials)
@@ -91,7 +91,7 @@ def test_delayed_commit_on_processes_matches_the_article(delayed, mode, duplicat
         "duplicate_writes_total": duplicates,
         "early_capacity_release": early,
         "capacity_released": released,
-        "audit_problems": 0,
+        "drain_problems": 0,
     }, [t.line for t in variant.trials]
     assert variant.differences == []
 
