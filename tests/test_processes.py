@@ -104,16 +104,14 @@ def test_delayed_commit_fenced_retry_wins_and_the_old_process_is_refused(delayed
         assert t["wasted"] >= 2.4 * LEASE * 0.95
 
 
-@pytest.mark.parametrize("policy", ["abandon-fenced", "naive"])
-def test_a_small_fleet_under_sigkills_loses_nothing(url, policy):
-    """Four worker processes, two janitors, 200 jobs, a SIGKILL every 0.05 s: no job lost, no unit leaked, nothing stuck, and no duplicate under abandon-fenced."""
-    result = _processes.fleet(url, policy, workers=4, jobs=200, lease=0.5, kill_every=0.05, time_limit=60)
+def test_a_small_fleet_under_sigkills_loses_nothing(url):
+    """Four worker processes, two janitors, 200 jobs, a SIGKILL every 0.05 s under abandon-fenced: no duplicate, no job lost, no unit leaked, nothing stuck."""
+    # naive's fleet is measured by 'fence bench fleet', not here: CI time goes to the safe policy.
+    result = _processes.fleet(url, "abandon-fenced", workers=4, jobs=200, lease=0.5, kill_every=0.05, time_limit=60)
     assert result.finished, result.lines()
     assert result.kills >= 3, "the run must really kill workers"
     assert result.audit.problems == [], result.lines()
-    assert len(result.audit.lost) == result.audit.leaked == len(result.audit.stuck) == 0
-    if policy == "abandon-fenced":
-        assert result.audit.duplicates == 0, result.lines()
+    assert len(result.audit.lost) == result.audit.leaked == len(result.audit.stuck) == result.audit.duplicates == 0
 
 
 def test_bad_backend_input_is_one_line_and_exit_2(tmp_path):
