@@ -364,17 +364,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
     bench.add_argument(
-        "what", choices=["detection", "counterexamples", "explorer", "suite"],
+        "what", choices=["detection", "counterexamples", "explorer", "fleet", "suite"],
         help="detection: each expected violation over many seeds; counterexamples: time to a first, "
         "minimised and proved-shortest counterexample per violated cell; explorer: states/s and time to "
-        "exhaust each bound; suite: the test suite's wall time",
+        "exhaust each bound; fleet: worker processes on a database under SIGKILLs (and a restart); "
+        "suite: the test suite's wall time",
     )
     bench.add_argument("--policy", action="append", help="only this built-in policy (repeatable)")
     bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
-    bench.add_argument("--workers", type=_positive, default=2, help="processes")
-    bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt)")
+    bench.add_argument("--workers", type=_positive, help="processes (default 2; fleet: 8 workers)")
+    bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt; fleet: evidence/fleet-<backend>.txt)")
+    fleet = bench.add_argument_group("fleet")
+    fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
+    fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
+    fleet.add_argument("--jobs", type=_positive, default=2000, help="fleet: jobs, and units of quota (default 2000)")
+    fleet.add_argument("--kill-every", type=_non_negative_seconds, default=0.5,
+                       help="fleet: SIGKILL a random busy worker every SECONDS (default 0.5; 0: never)")
+    fleet.add_argument("--restart-db", action=argparse.BooleanOptionalAction, default=None,
+                       help="fleet: restart PostgreSQL once half the jobs are done (default: on for postgres)")
+    fleet.add_argument("--lease", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
+    fleet.add_argument("--janitors", type=_positive, default=2, help="fleet: janitor processes (default 2)")
+    fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
+    fleet.add_argument("--time-limit", type=_positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
     bench.set_defaults(handler=cmd_bench)
 
     from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
@@ -478,8 +491,23 @@ def cmd_explore(args) -> int:
     return {_explore.Outcome.PROVED: 0, _explore.Outcome.VIOLATED: 1, _explore.Outcome.UNDETERMINED: 3}[outcome]
 
 
+def _non_negative_seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"cannot be negative, got {text}")
+    return value
+
+
 def cmd_bench(args) -> int:
     from fence import _bench
+
+    if args.what == "fleet":
+        from fence._experiments_cli import cmd_fleet
+
+        return cmd_fleet(args)
+    if args.backend or args.url:
+        raise BadInput(f"--backend and --url are for 'fence bench fleet', not {args.what}")
+    args.workers = args.workers or 2
 
     examples, steps, _shrink = PROFILES[args.profile]
     out = Path(args.out or f"evidence/{args.what}.txt")

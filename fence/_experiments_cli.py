@@ -6,8 +6,16 @@ them to ``--out`` with the command line, the date and the versions, plus a
 timeline picture per experiment when matplotlib (the ``plots`` extra) is there.
 Exit 0 when every count matches the article, 1 when one differs, 2 for bad input.
 
+With ``--processes`` the crash-boundary and delayed-commit experiments run with
+workers and janitor as OS processes on a SQLite or PostgreSQL backend, crashes
+as SIGKILLs (``fence._processes``), and write ``processes-<backend>.txt``.
+
 ``replay`` plays a counterexample written by ``fence verdicts`` on real threads.
 Exit 0 when the invariant broke for real, 1 when it did not, 2 for bad input.
+
+``fence bench fleet`` (``cmd_fleet``) runs a fleet of worker processes under
+random SIGKILLs and a database restart and writes ``evidence/fleet-<backend>.txt``.
+Exit 1 when a safe policy duplicated or any run lost a job or leaked a unit.
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ FULL_LEASE = 1.0
 QUICK_LEASE = 0.2
 QUICK_SWEEP_TRIALS = 2
 """A quick run keeps the article's trial count except in the lease sweep."""
+QUICK_PROCESS_LEASE = 0.3
+"""Processes: a little longer than the threads' quick lease, for a loaded CI machine."""
+SAFE_POLICIES = ("abandon", "abandon-fenced")
+"""Policies the verdict matrix says hold every invariant: a duplicate under them fails the fleet."""
 
 
 def _trials(text: str) -> int:
@@ -63,6 +75,11 @@ def experiments_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="evidence/experiments", help="where the text and pictures go")
     parser.add_argument("--lease", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
     parser.add_argument("--no-pictures", action="store_true", help="write the text evidence only")
+    parser.add_argument("--processes", action="store_true",
+                        help="workers and janitor as OS processes on a database, crashes as SIGKILL")
+    parser.add_argument("--backend", choices=["sqlite", "postgres"],
+                        help="with --processes: sqlite (a temporary file) or postgres ($FENCE_POSTGRES_URL or a private cluster)")
+    parser.add_argument("--url", help="with --processes: this backend URL instead (its fence tables are emptied)")
 
 
 def replay_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +106,10 @@ def _progress(stream):
 
 
 def cmd_experiments(args) -> int:
+    if args.processes:
+        return cmd_process_experiments(args)
+    if args.backend or args.url:
+        raise BadInput("--backend and --url need --processes (the thread experiments run in memory)")
     quick = args.quick
     trials = args.trials or 5
     lease = args.lease or (QUICK_LEASE if quick else FULL_LEASE)
@@ -145,6 +166,10 @@ def _command_line(args) -> str:
         words += ["--only", args.only]
     if args.lease:
         words += ["--lease", f"{args.lease:g}"]
+    if getattr(args, "processes", False):
+        words += ["--backend", args.backend or "sqlite", "--processes"]
+        if args.url:
+            words += ["--url", args.url]
     words += ["--out", args.out]
     if args.no_pictures:
         words.append("--no-pictures")
@@ -175,3 +200,117 @@ def cmd_replay(args) -> int:
         return 0
     print(f"NOT BROKEN: all steps ran on real threads and {inv.name} held; the counterexample did not reproduce")
     return 1
+
+
+# -- processes: the experiments and the fleet ---------------------------------------------
+def _backend_line(url: str) -> str:
+    """What the backend is, for the evidence header."""
+    from fence._processes import describe_backend
+
+    return f"# backend: {describe_backend(url)}"
+
+
+def cmd_process_experiments(args) -> int:
+    from fence import _processes
+
+    if args.only and args.only not in _processes.EXPERIMENTS:
+        raise BadInput(f"--only {args.only} does not run on processes; use {' or '.join(_processes.EXPERIMENTS)}")
+    kind = args.backend or "sqlite"
+    trials = args.trials or 5
+    lease = args.lease or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
+    names = [args.only] if args.only else list(_processes.EXPERIMENTS)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: is a file, not a directory; pass a directory")
+    command = _command_line(args)
+    progress = _progress(sys.stderr)
+    differences: list[str] = []
+    lines: list[str] = []
+    with _processes.backend_url(kind, args.url) as (url, _restartable):
+        backend_line = _backend_line(url)
+        for name in names:
+            variants = _processes.EXPERIMENTS[name](url, trials, lease, progress)
+            if sys.stderr.isatty():
+                sys.stderr.write("\r\x1b[K")
+            block = [f"== {name} on processes, {kind} (base lease {lease:g}s) =="]
+            for variant in variants:
+                block.extend(t.line for t in variant.trials)
+                block.append(variant.summary)
+                differences.extend(variant.differences)
+                differences.extend(
+                    f"{name} {variant.label} trial {t.number}: did not settle in time" for t in variant.trials if not t.settled
+                )
+            print("\n".join(block), flush=True)
+            lines.extend(block)
+    path = out / f"processes-{kind}{'.quick' if args.quick else ''}.txt"
+    _write_atomically(path, "\n".join(_evidence.header(command, ("fence", "hypothesis", "psycopg")) + [backend_line, *lines]) + "\n")
+    print(f"evidence written to {path}")
+    for difference in differences:
+        print(f"DIFFERS: {difference}", file=sys.stderr)
+    return 1 if differences else 0
+
+
+def cmd_fleet(args) -> int:
+    """``fence bench fleet``: exit 0 when every run is clean, 1 when not, 2 for bad input."""
+    from fence import _processes
+    from fence._policies import POLICIES
+
+    kind = args.backend or "sqlite"
+    policies = args.policy or ["abandon-fenced", "naive"]
+    unknown = [name for name in policies if name not in POLICIES]
+    if unknown:
+        raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
+    if kind == "sqlite" and args.restart_db:
+        raise BadInput("--restart-db: SQLite has no server to restart; a SIGKILLed writer is its crash")
+    out = Path(args.out or f"evidence/fleet-{kind}.txt")
+    command = "fence " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench fleet --backend {kind}"
+    progress = _progress(sys.stderr)
+    results = []
+    with _processes.backend_url(kind, args.url) as (url, restartable):
+        wants_restart = args.restart_db if args.restart_db is not None else kind == "postgres"
+        if wants_restart and not restartable:
+            if args.restart_db:
+                raise BadInput(f"--restart-db: {url} is not a cluster scripts/postgres.sh started, so it cannot be restarted here")
+            note = f"not restarted: {url} is not a cluster scripts/postgres.sh started"
+        elif kind == "sqlite":
+            note = "not applicable: SQLite has no server to restart (each SIGKILLed writer is a crash of the database's user)"
+        else:
+            note = "scripts/postgres.sh restart (pg_ctl restart -m fast) once half the jobs are confirmed" if wants_restart else "not asked"
+        restart = (lambda: _processes.restart_postgres(url)) if wants_restart and restartable else None
+        backend_line = _backend_line(url)
+        for name in policies:
+            result = _processes.fleet(
+                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease or 1.0,
+                kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
+                seed=args.seed, time_limit=args.time_limit, progress=progress,
+            )
+            if sys.stderr.isatty():
+                sys.stderr.write("\r\x1b[K")
+            print("\n".join(result.lines()), flush=True)
+            results.append(result)
+    failures = []
+    for result in results:
+        found = result.audit
+        failures += [f"{result.policy}: {p}" for p in found.problems]
+        if not result.finished:
+            failures.append(f"{result.policy}: not every job finished within {args.time_limit:g}s")
+        if result.policy in SAFE_POLICIES and found.duplicates:
+            failures.append(f"{result.policy}: {found.duplicates} duplicate write(s) under a safe policy")
+        if result.restart_error:
+            failures.append(f"{result.policy}: {result.restart_error}")
+    lines = [
+        *_evidence.header(command, ("fence", "psycopg")),
+        backend_line,
+        f"# database restart: {note}",
+        f"# kills: SIGKILL to a random busy worker every {args.kill_every:g}s; janitors are never killed" if args.kill_every
+        else "# kills: none",
+    ]
+    for result in results:
+        lines += result.lines()
+    lines += [f"FAILED: {f}" for f in failures] or ["every run: no lost job, no leaked unit, no stuck reservation; "
+                                                     "no duplicate under a safe policy"]
+    _write_atomically(out, "\n".join(lines) + "\n")
+    print(f"evidence written to {out}")
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
+    return 1 if failures else 0

@@ -43,8 +43,22 @@ class Janitor:
                 f"scan {reservation_id} at {now}: it is {reservation.state.value} with "
                 f"deadline {reservation.deadline}; only an expired reserved lease is scanned"
             )
-        move = Move.EXPIRE_AND_HOLD if self.policy.hold_on_expiry else Move.EXPIRE_AND_RELEASE
-        return self.ledger.apply(reservation_id, move)
+        return self.ledger.apply(reservation_id, self.expiry_move)
+
+    @property
+    def expiry_move(self) -> Move:
+        """What this policy does to an expired lease: hold it for evidence, or (naive) free it."""
+        return Move.EXPIRE_AND_HOLD if self.policy.hold_on_expiry else Move.EXPIRE_AND_RELEASE
+
+    def claim(self, now: float | None, janitor: str, limit: int = 100) -> list[Reservation]:
+        """Scan for a fleet of janitors: claim up to ``limit`` expired leases atomically.
+
+        Needs a backend ledger (``fence.backends``): ``claim_expired`` makes the
+        policy's expiry move on each lease in one statement, so two janitors
+        never scan the same lease. Each claimed reservation is then probed and
+        settled like a scanned one.
+        """
+        return self.ledger.claim_expired(now, janitor, self.expiry_move, limit)
 
     def probe(self, reservation_id: str) -> Evidence:
         """Ask the destination what the policy wants to know about this reservation."""

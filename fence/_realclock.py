@@ -460,30 +460,70 @@ def crash_boundary(trials: int, lease: float, progress: Progress = _quiet) -> li
             for number in range(1, trials + 1):
                 progress(f"crash-boundary {name} {crash} trial {number}/{trials}")
                 variant.trials.append(crash_trial(POLICIES[name], crash, lease, number))
-            total = {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
-            variant.totals = {
-                "duplicate_writes_total": total["duplicates"],
-                "capacity_returned_while_effect_exists": total["returned_with_effect"],
-                "capacity_returned": total["released"],
-            }
-            variant.summary = (
-                f"SUMMARY {variant.label} trials={trials} "
-                f"duplicate_writes_total={total['duplicates']} "
-                f"capacity_returned_while_effect_exists={total['returned_with_effect']}/{trials} "
-                f"capacity_returned={total['released']}/{trials} "
-                f"expiry={spread([t.times['expiry'] for t in variant.trials])}"
-            )
-            after = crash == "after-effect"
-            if name == "naive":
-                _expect(variant, "duplicate_writes_total", trials if after else 0)
-                _expect(variant, "capacity_returned_while_effect_exists", trials if after else 0)
-                _expect(variant, "capacity_returned", trials)
-            else:
-                _expect(variant, "duplicate_writes_total", 0)
-                _expect(variant, "capacity_returned_while_effect_exists", 0)
-                _expect(variant, "capacity_returned", 0 if after else trials)
+            close_crash_variant(variant, name, crash == "after-effect", trials)
             variants.append(variant)
     return variants
+
+
+def _totals(variant: VariantResult) -> dict[str, int]:
+    return {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
+
+
+def close_crash_variant(variant: VariantResult, policy: str, after: bool, trials: int,
+                        clean: tuple[str, ...] = ()) -> None:
+    """Totals, SUMMARY and the article's expectations for one crash-boundary row (threads or processes).
+
+    ``after``: the crash left an effect behind. ``clean`` names extra counts
+    that must be 0 (the process runs' drain problems).
+    """
+    total = _totals(variant)
+    variant.totals = {
+        "duplicate_writes_total": total["duplicates"],
+        "capacity_returned_while_effect_exists": total["returned_with_effect"],
+        "capacity_returned": total["released"],
+        **{name: total[name] for name in clean},
+    }
+    variant.summary = (
+        f"SUMMARY {variant.label} trials={trials} "
+        f"duplicate_writes_total={total['duplicates']} "
+        f"capacity_returned_while_effect_exists={total['returned_with_effect']}/{trials} "
+        f"capacity_returned={total['released']}/{trials} "
+        f"expiry={spread([t.times['expiry'] for t in variant.trials])}"
+        + "".join(f" {name}={total[name]}" for name in clean)
+    )
+    if policy == "naive":
+        _expect(variant, "duplicate_writes_total", trials if after else 0)
+        _expect(variant, "capacity_returned_while_effect_exists", trials if after else 0)
+        _expect(variant, "capacity_returned", trials)
+    else:
+        _expect(variant, "duplicate_writes_total", 0)
+        _expect(variant, "capacity_returned_while_effect_exists", 0)
+        _expect(variant, "capacity_returned", 0 if after else trials)
+    for name in clean:
+        _expect(variant, name, 0)
+
+
+def close_delayed_variant(variant: VariantResult, policy: str, trials: int, clean: tuple[str, ...] = ()) -> None:
+    """Totals, SUMMARY and the article's expectations for one delayed-commit row (threads or processes)."""
+    total = _totals(variant)
+    variant.totals = {
+        "duplicate_writes_total": total["duplicates"],
+        "early_capacity_release": total["early_release"],
+        "capacity_released": total["released"],
+        **{name: total[name] for name in clean},
+    }
+    variant.summary = (
+        f"SUMMARY {variant.label} trials={trials} duplicate_writes_total={total['duplicates']} "
+        f"early_capacity_release={total['early_release']}/{trials} "
+        f"capacity_released={total['released']}/{trials} "
+        f"loser_wasted={spread([t.times['wasted'] for t in variant.trials])}"
+        + "".join(f" {name}={total[name]}" for name in clean)
+    )
+    duplicates, early = DELAYED_EXPECTED[policy]
+    _expect(variant, "duplicate_writes_total", trials if duplicates else 0)
+    _expect(variant, "early_capacity_release", trials if early else 0)
+    for name in clean:
+        _expect(variant, name, 0)
 
 
 # -- experiment 2: the delayed commit ----------------------------------------------------
@@ -549,21 +589,7 @@ def delayed_commit(trials: int, lease: float, progress: Progress = _quiet) -> li
         for number in range(1, trials + 1):
             progress(f"delayed-commit {name} trial {number}/{trials}")
             variant.trials.append(delayed_trial(POLICIES[name], lease, number))
-        total = {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
-        variant.totals = {
-            "duplicate_writes_total": total["duplicates"],
-            "early_capacity_release": total["early_release"],
-            "capacity_released": total["released"],
-        }
-        variant.summary = (
-            f"SUMMARY {variant.label} trials={trials} duplicate_writes_total={total['duplicates']} "
-            f"early_capacity_release={total['early_release']}/{trials} "
-            f"capacity_released={total['released']}/{trials} "
-            f"loser_wasted={spread([t.times['wasted'] for t in variant.trials])}"
-        )
-        duplicates, early = DELAYED_EXPECTED[name]
-        _expect(variant, "duplicate_writes_total", trials if duplicates else 0)
-        _expect(variant, "early_capacity_release", trials if early else 0)
+        close_delayed_variant(variant, name, trials)
         variants.append(variant)
     return variants
 

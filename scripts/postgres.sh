@@ -4,6 +4,7 @@
 #   scripts/postgres.sh start          start one; prints its URL (postgresql://fence@127.0.0.1:PORT/fence)
 #   scripts/postgres.sh stop [URL]     stop it and delete its directory
 #   scripts/postgres.sh status [URL]   exit 0 if it runs, 3 if not
+#   scripts/postgres.sh restart [URL]  stop it (fast: every connection is cut) and start it again
 #   scripts/postgres.sh url            the URL of the cluster started last
 #
 # URL defaults to $FENCE_POSTGRES_URL. The cluster lives in
@@ -98,10 +99,22 @@ status() {
     echo "running: postgresql://fence@127.0.0.1:$port/fence ($dir)"
 }
 
+restart() {
+    local bin port dir
+    port="$(port_of "${1:-}")"
+    dir="$BASE/fence-postgres-$port"
+    [ -d "$dir/data" ] || die "no cluster of this script at port $port ($dir is missing)"
+    bin="$(find_bin)" || die "PostgreSQL is not installed"
+    # pg_ctl restart keeps the options the server was started with (postmaster.opts).
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null \
+        || { tail -n 20 "$dir/server.log" >&2 || true; die "the server did not restart (log above)"; }
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop "${2:-}" ;;
     status) status "${2:-}" ;;
+    restart) restart "${2:-}" ;;
     url) [ -s "$LAST" ] || die "no cluster started yet: scripts/postgres.sh start"; cat "$LAST" ;;
-    *) die "usage: scripts/postgres.sh start|stop [URL]|status [URL]|url" ;;
+    *) die "usage: scripts/postgres.sh start|stop [URL]|status [URL]|restart [URL]|url" ;;
 esac
