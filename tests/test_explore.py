@@ -109,33 +109,25 @@ def test_the_dangerous_states_are_reached(name):
 # Hypothesis samples; the explorer does not. At the CI bound the one cell where
 # sampling falls short is witness-fenced / no_silent_replay: its shortest run is
 # 12 chosen steps that must all fit under horizon 3 (a probe racing the
-# registration, the commit, a settle, a revised retry and its commit), and
-# Hypothesis missed it at 400 and at 1,000 examples (of 20 and 30 steps). It finds
-# the cell on the default model (horizon 30), which is where fence verdicts
-# looks. Strict: the day Hypothesis finds it here, this test fails and says so.
-SAMPLING_MISSES = {"witness-fenced": "no_silent_replay"}
+# registration, the commit, a settle, a revised retry and its commit). The
+# derandomised run missed it when run alone, at 400 and at 1,000 examples, and
+# found it inside the full suite on a fresh clone: the draw is not independent
+# of what ran before in the process. So that one cell may go either way; any
+# other difference fails. It is found on the default model (horizon 30), which
+# is where fence verdicts looks.
+SAMPLING_MISSES = {"witness-fenced": {"no_silent_replay"}}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason=f"Hypothesis' sampling misses {SAMPLING_MISSES[name]} at the CI bound"
-            ),
-        )
-        if name in SAMPLING_MISSES else name
-        for name in POLICIES
-    ],
-)
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
-    """At the CI bound, Hypothesis violates exactly the cells the explorer violates."""
+    """At the CI bound, Hypothesis violates only cells the explorer violates, and misses none but the known one."""
     examples, steps, _shrink = PROFILES["default"]
     hypothesis = survey_config(POLICIES[name], CI_BOUND, run_settings=profile_settings(examples, steps))
     found = explored(name)
     violated = {inv for inv, item in found.results.items() if item.outcome is Outcome.VIOLATED}
-    assert set(hypothesis.counterexamples) == violated
+    assert set(hypothesis.counterexamples) <= violated, "Hypothesis broke a cell the explorer proved"
+    missed = violated - set(hypothesis.counterexamples)
+    assert missed <= SAMPLING_MISSES.get(name, set()), f"Hypothesis missed {sorted(missed)}"
     for inv, example in hypothesis.counterexamples.items():
         assert found.results[inv].depth <= example.rule_steps
 
@@ -143,7 +135,8 @@ def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
 @pytest.mark.parametrize("name", list(SAMPLING_MISSES))
 def test_what_sampling_misses_is_a_run_of_the_machine_hypothesis_drives(name):
     """The explorer's counterexample for the missed cell replays through the same World and breaks it."""
-    inv = BY_NAME[SAMPLING_MISSES[name]]
+    (missed,) = SAMPLING_MISSES[name]
+    inv = BY_NAME[missed]
     found = explored(name).results[inv.name]
     assert found.outcome is Outcome.VIOLATED
     actions = [step.action for step in found.counterexample.steps if not step.drain]
