@@ -10,12 +10,17 @@ The public surface. The private modules each own one concern:
 * ``_invariants``   the named invariants and the dangerous interleavings
 * ``_verdicts``     Hypothesis runs turned into a verdict matrix
 * ``_minimise``     a found counterexample cut short on the same world
+* ``_explore``      the exhaustive explorer over the same world: proofs within bounds,
+                    shortest counterexamples
 * ``_counterexample`` steps, Mermaid and JSON forms of a counterexample; replay
 * ``_bench``        benchmarks that write their figures into evidence/
+* ``_evidence``     the one header and the one atomic writer of evidence/ files
 * ``_realclock``    the only module with real threads and the monotonic clock:
                     the article's experiments and the real-clock replay
+* ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
+* ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
 * ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
 """
 

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import json
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -228,7 +229,8 @@ def _as_json(reports: list[PolicyReport], differences=None) -> dict:
     }
 
 
-def _report(reports: list[PolicyReport], args, differences) -> None:
+def _report(reports: list[PolicyReport], args, differences) -> str:
+    """Write the counterexamples, print the table and the steps; return what was printed."""
     written: list[Path] = []
     out = Path(args.out)
     for report in reports:
@@ -236,21 +238,25 @@ def _report(reports: list[PolicyReport], args, differences) -> None:
             if cell.counterexample:
                 written.extend(_counterexample.write(cell.counterexample, out))
     if args.json:
-        print(json.dumps(_as_json(reports, differences), indent=2))
-        return
-    print(table(reports))
+        text = json.dumps(_as_json(reports, differences), indent=2)
+        print(text)
+        return text
+    parts = [table(reports)]
     for report in reports:
         for name, cell in report.cells.items():
             if cell.counterexample:
-                print()
-                print(_counterexample.steps_text(cell.counterexample))
+                parts += ["", _counterexample.steps_text(cell.counterexample)]
             elif cell.detail:
-                print(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
+                parts.append(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
     if written:
-        print(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
+        parts.append(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
+    text = "\n".join(parts)
+    print(text)
+    return text
 
 
 def cmd_verdicts(args) -> int:
+    started = time.perf_counter()
     expected_path = Path(args.expected) if args.expected else EXPECTED_FILE
     expected = load_expected(expected_path)
     names = args.policy or list(POLICIES)
@@ -266,11 +272,24 @@ def cmd_verdicts(args) -> int:
     else:
         reports = _run(policies, args)
     differences = compare(reports, expected)
-    _report(reports, args, differences)
+    printed = _report(reports, args, differences)
+    lines = [
+        f"DIFFERS: {d.policy} / {d.invariant}: expected {d.expected.value if d.expected else 'no expectation'}, "
+        f"observed {d.observed.value}"
+        for d in differences
+    ]
+    if args.report:
+        from fence import _evidence
+
+        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence verdicts"
+        summary = lines or [f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}"]
+        text = "\n".join([
+            *_evidence.header(command), f"# wall time {time.perf_counter() - started:.0f}s", "", printed, "", *summary,
+        ]) + "\n"
+        _evidence.write_atomically(Path(args.report), text)
     if differences:
-        for d in differences:
-            want = d.expected.value if d.expected else "no expectation"
-            print(f"DIFFERS: {d.policy} / {d.invariant}: expected {want}, observed {d.observed.value}", file=sys.stderr)
+        for line in lines:
+            print(line, file=sys.stderr)
         return 1
     if not args.json:
         print(f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}")
@@ -330,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="replace each minimised counterexample by the explorer's shortest, a breadth-first search no "
         "deeper than it (the default in memory; --no-shortest keeps fence's minimised one and is faster)",
     )
+    verdicts.add_argument("--report", metavar="FILE", help="also write the output, with the evidence header, to FILE")
     verdicts.add_argument(
         "--backend", metavar="URL",
         help="run every model world on this backend (sqlite:///PATH.db, postgresql://...; its fence tables are emptied)",
