@@ -196,8 +196,9 @@ def table(reports: list[PolicyReport]) -> str:
     lines.append("")
     lines.extend(f"  {inv.number} = {inv.name}: {inv.statement}" for inv in INVARIANTS)
     lines.append(
-        "  violated(n): a counterexample minimised to n chosen steps "
-        "(Hypothesis found it; fence cut it down on the same model)"
+        "  violated(n): a counterexample of n chosen steps (Hypothesis found it; fence cut it down on the "
+        "same model; unless --no-shortest, the explorer searched for a shorter one: each counterexample "
+        "below says which)"
     )
     return "\n".join(lines)
 
