@@ -8,7 +8,9 @@ Profiles (choose with FENCE_PROFILE=dev|ci|thorough; CI sets ci):
 PostgreSQL: tests marked ``postgres`` use $FENCE_POSTGRES_URL if it is set,
 otherwise a private cluster that scripts/postgres.sh starts for the session and
 stops at its end. Under CI (env CI set) a cluster that cannot be started FAILS
-those tests; elsewhere they are skipped, with the reason.
+those tests; elsewhere they are skipped, with the reason. The suite runs on
+two pytest-xdist workers; on a shared cluster each worker has a database of its
+own (``_database_of_this_worker``), and without one each starts its own cluster.
 """
 
 import os
@@ -64,6 +66,26 @@ def _no_postgres(reason: str):
     pytest.skip(reason)
 
 
+def _database_of_this_worker(url: str) -> str:
+    """``url`` with its database replaced by one of this pytest-xdist worker's own.
+
+    The suite runs on both cores (``-n 2`` in pyproject's addopts) and the tests
+    empty fence's tables freely, so two workers sharing one database would
+    erase each other's rows. Each worker gets ``fence_gw0``, ``fence_gw1``...
+    on the same cluster, created here if missing. Without xdist: ``url``.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    import psycopg
+
+    name = f"fence_{worker}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
 @pytest.fixture(scope="session")
 def postgres_url():
     """A PostgreSQL URL: $FENCE_POSTGRES_URL, or a private cluster for this session."""
@@ -73,7 +95,14 @@ def postgres_url():
         _no_postgres("psycopg is not installed (pip install -e '.[test]')")
     url = os.environ.get("FENCE_POSTGRES_URL")
     if url:
-        yield url
+        try:
+            own = _database_of_this_worker(url)
+        except Exception as error:  # psycopg's errors: the cluster is not there
+            _no_postgres(f"$FENCE_POSTGRES_URL ({url}) cannot be reached: {str(error).splitlines()[0]}")
+        # Commands the tests run in subprocesses read the variable: give them ours too.
+        os.environ["FENCE_POSTGRES_URL"] = own
+        yield own
+        os.environ["FENCE_POSTGRES_URL"] = url
         return
     try:
         started = subprocess.run(

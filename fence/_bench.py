@@ -372,7 +372,7 @@ def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
     wall = time.perf_counter() - started
     closing = [line for line in finished.stdout.strip().splitlines() if " passed" in line or " failed" in line]
     lines = [
-        *_evidence.header(command, packages=("fence", "hypothesis", "pytest", "strands-agents", "psycopg")),
+        *_evidence.header(command, packages=("fence", "hypothesis", "pytest", "pytest-xdist", "strands-agents", "psycopg")),
         f"# pytest arguments: {' '.join(pytest_arguments) or '(none: the README command)'}",
         "",
         f"wall time: {wall:.0f} s",
