@@ -361,23 +361,38 @@ def _explorer_plot(rows, picture: Path) -> bool:
 
 # -- the suite ---------------------------------------------------------------------------
 def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
-    """Run the README's test command (``pytest``) and record its wall time and closing line."""
+    """Run the README's test command (``pytest``) and record its wall time, closing line,
+    slowest tests and, if any, the failures (pytest's ``FAILED``/``ERROR`` lines)."""
     import subprocess
 
     started = time.perf_counter()
     finished = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_arguments],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *pytest_arguments],
         capture_output=True, text=True,
     )
     wall = time.perf_counter() - started
-    closing = [line for line in finished.stdout.strip().splitlines() if " passed" in line or " failed" in line]
+    output = finished.stdout.strip().splitlines()
+    closing = [line for line in output if " passed" in line or " failed" in line]
+    failures = [line for line in output if line.startswith(("FAILED ", "ERROR "))]
+    slowest: list[str] = []
+    if any("slowest" in line for line in output):
+        start = next(n for n, line in enumerate(output) if "slowest" in line) + 1
+        for line in output[start:]:
+            if not line[:1].isdigit():
+                break
+            slowest.append("  " + line)
     lines = [
         *_evidence.header(command, packages=("fence", "hypothesis", "pytest", "pytest-xdist", "strands-agents", "psycopg")),
-        f"# pytest arguments: {' '.join(pytest_arguments) or '(none: the README command)'}",
+        f"# pytest arguments: {' '.join(pytest_arguments) or '(none: the README command)'} (and --durations=15)",
         "",
         f"wall time: {wall:.0f} s",
         f"pytest exit status: {finished.returncode}",
         f"closing line: {closing[-1].strip('= ') if closing else '(none)'}",
+        *(["failures:", *("  " + line for line in failures)] if failures else []),
+        "slowest tests (seconds, on two xdist workers, so they overlap):",
+        *slowest,
     ]
+    if finished.returncode != 0:
+        print("\n".join(output[-40:]), file=sys.stderr)
     _publish(lines, out)
     return finished.returncode
