@@ -30,6 +30,35 @@ settings.register_profile("thorough", max_examples=1000, stateful_step_count=50,
 settings.load_profile(os.environ.get("FENCE_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 
+def _import_every_module_of_the_project() -> None:
+    """Import all of fence and the machines before any test runs.
+
+    Hypothesis mixes constants found in the source of the project's *loaded*
+    modules into what it draws (hypothesis.internal.conjecture.providers,
+    ``_get_local_constants``). fence imports many modules lazily, so without
+    this a derandomised test drew differently depending on which tests had run
+    before it in the process: alone or in the full suite, and under
+    pytest-xdist on whichever tests the worker happened to get first. With
+    every module loaded up front the pool is the same in every worker on every
+    run, and so is the CI draw. A module whose optional dependency is missing
+    is skipped (the tests that need it say so themselves).
+    """
+    import importlib
+    import pkgutil
+
+    import fence
+
+    names = [info.name for info in pkgutil.walk_packages(fence.__path__, "fence.")]
+    for name in ["stateful.machines", *names]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+_import_every_module_of_the_project()
+
+
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")
 
