@@ -153,6 +153,22 @@ def test_token_budget_never_overspends_under_a_concurrent_fleet(seed):
     assert set(report.runs) | set(report.turned_away) == set(fleet._scripts)
 
 
+def test_a_call_that_outlives_its_lease_is_charged_in_full_and_its_late_report_refused():
+    """A worker whose Agent call ends after its token lease expired gets its settle refused, not a crash.
+
+    Under load (the whole suite on two cores) the 0.3 s lease above sometimes ran
+    out mid-call and the worker thread died on IllegalMove. Here every call waits
+    0.3 s on its first turn and every lease is 0.05 s, so every report comes late.
+    """
+    slow = Turn.call("work", {"step": 0}, input_tokens=40, output_tokens=10, delay=0.3)
+    scripts = {f"job-{i}": [slow, Turn.say("done", input_tokens=30, output_tokens=10)] for i in range(4)}
+    fleet = TokenFleet(3000, workers=2, reserve=400, max_turn_tokens=100, lease=0.05, timeout=10)
+    report = fleet.run(scripts)
+    assert sorted(report.late_settles) == sorted(report.runs), report.summary()
+    assert sorted(report.charged_in_full) == sorted(report.runs) and report.spent == 400 * len(report.runs)
+    assert all("late report is refused" in e.what for e in report.events if "used" in e.what)
+
+
 def test_settled_reservation_returns_the_unused_tokens():
     """Settling 150 of 400 reserved tokens returns 250 to the pool; expiry charges the whole reservation."""
     budget = TokenBudget(1000)

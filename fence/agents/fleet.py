@@ -403,12 +403,15 @@ class TokenReport:
     charged_in_full: list[str]
     overruns: int
     events: list[FleetEvent] = field(default_factory=list)
+    late_settles: list[str] = field(default_factory=list)
+    """Jobs whose worker reported its usage after its lease had been charged in full."""
 
     def summary(self) -> str:
         return (
             f"budget={self.budget} spent={self.spent} actual={self.actual_total} high_water={self.high_water} "
             f"runs={len(self.runs)} turned_away={len(self.turned_away)} "
-            f"charged_in_full={len(self.charged_in_full)} overruns={self.overruns} "
+            f"charged_in_full={len(self.charged_in_full)} late_settles={len(self.late_settles)} "
+            f"overruns={self.overruns} "
             f"stop_reasons={dict(self.stop_reasons)}"
         )
 
@@ -447,6 +450,7 @@ class TokenFleet:
         self._turned_away: list[str] = []
         self._high_water = 0
         self._pending = 0
+        self._late_settles: list[str] = []
 
     def now(self) -> float:
         return time.monotonic() - self._start
@@ -505,6 +509,7 @@ class TokenFleet:
                 charged_in_full=[r.key for r in reservations if r.state.value == "charged_in_full"],
                 overruns=len(self.budget.overruns),
                 events=list(self._events),
+                late_settles=list(self._late_settles),
             )
 
     def _janitor_loop(self) -> None:
@@ -561,7 +566,16 @@ class TokenFleet:
             if job in self._crash:
                 self._note(name, f"{job} used {used} tokens and crashed before settling")
                 return  # the janitor charges the lease in full when it expires
-            settled = self.budget.settle(reservation.reservation_id, reservation.owner, used)
+            try:
+                settled = self.budget.settle(reservation.reservation_id, reservation.owner, used)
+            except IllegalMove:
+                # The call outlived its lease and the janitor charged it in full (and
+                # counted the job as finished). The budget keeps the larger charge:
+                # the report came too late to give tokens back.
+                self._late_settles.append(job)
+                self._note(name, f"{job} used {used} tokens, but {reservation.reservation_id} was "
+                           "already charged in full: the late report is refused")
+                return
             self._watch()
             self._pending -= 1
             self._note(name, f"{settled.reservation_id} settled at {used} tokens "
