@@ -384,6 +384,7 @@ def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
     lines = [
         *_evidence.header(command, packages=("fence", "hypothesis", "pytest", "pytest-xdist", "strands-agents", "psycopg")),
         f"# pytest arguments: {' '.join(pytest_arguments) or '(none: the README command)'} (and --durations=15)",
+        f"# environment: {_suite_environment()}",
         "",
         f"wall time: {wall:.0f} s",
         f"pytest exit status: {finished.returncode}",
@@ -396,3 +397,14 @@ def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
         print("\n".join(output[-40:]), file=sys.stderr)
     _publish(lines, out)
     return finished.returncode
+
+
+def _suite_environment() -> str:
+    """What changes the suite's run: the Hypothesis profile, CI (PostgreSQL tests fail
+    rather than skip), and whether a PostgreSQL cluster was given or started per worker."""
+    import os
+
+    profile = os.environ.get("FENCE_PROFILE") or ("ci" if os.environ.get("CI") else "dev")  # as conftest.py picks
+    ci = "CI set" if os.environ.get("CI") else "CI unset"
+    postgres = "shared cluster from FENCE_POSTGRES_URL" if os.environ.get("FENCE_POSTGRES_URL") else "no FENCE_POSTGRES_URL"
+    return f"FENCE_PROFILE={profile}, {ci}, PostgreSQL: {postgres}"
