@@ -377,7 +377,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--max-states", type=_positive, help="budget: stop (undetermined) after this many states")
     explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
-    explore.add_argument("--workers", type=_positive, default=1, help="2: the drain-judged invariant in a second process")
+    explore.add_argument("--workers", type=_positive, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
     explore.add_argument("--out", default="evidence/counterexamples/explorer", help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")

@@ -356,6 +356,21 @@ def explore(
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started
 
+    _judge(result, invariants, found, parents, out_of_budget, destination_factory)
+    return result
+
+
+def _judge(
+    result: Exploration,
+    invariants: tuple[Invariant, ...],
+    found: dict[str, tuple[int, Action | None]],
+    parents: list[tuple[int, Action] | None],
+    out_of_budget: str | None,
+    destination_factory,
+) -> None:
+    """A verdict per invariant, with the path to each violation replayed as a counterexample."""
+    policy, config = result.policy, result.config
+
     def path_to(node: int) -> list[Action]:
         actions: list[Action] = []
         while parents[node] is not None:
@@ -377,7 +392,6 @@ def explore(
             result.results[inv.name] = InvariantResult(inv, Outcome.UNDETERMINED)
         else:
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
-    return result
 
 
 def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
@@ -491,43 +505,249 @@ def shortest(
     return found.results[inv.name].counterexample
 
 
-# -- two processes, reports ----------------------------------------------------------------
-def _explore_task(arguments) -> Exploration:
-    policy, config, names, options = arguments
-    chosen = tuple(inv for inv in INVARIANTS if inv.name in names)
-    return explore(policy, config, invariants=chosen, **options)
-
-
+# -- both cores ----------------------------------------------------------------------------
 def explore_with_workers(policy: JanitorPolicy, config: ModelConfig, *, workers: int = 1, **options) -> Exploration:
-    """``explore``, with ``workers >= 2`` splitting the invariants over two processes.
+    """``explore``, with ``workers >= 2`` sharing each breadth-first level between processes.
 
-    The breadth-first search itself is one sequential walk; what parallelises is
-    the judging: one process walks the graph checking the step invariants, the
-    other walks the same graph and drains every state for invariant 6 (the drain
-    is most of the work). Both walks see the same states in the same order, so
-    the figures are those of one walk; the seconds are the slower one's.
+    The search is the same walk level by level; what is shared is the work on a
+    level. Each worker process expands the states it owns (clone, apply, the
+    step invariants, the key) and drains its new states for invariant 6; this
+    process keeps the one visited set and the parent pointers, and gives each
+    new state to a worker that already holds it (the least loaded of those), so
+    worlds never travel between processes, only keys and actions. A level is
+    finished by every worker before the next starts, so states are numbered by
+    depth as in ``explore`` and the first violation of an invariant is still at
+    the least depth: its counterexample is as short (possibly another one of the
+    same length). A state budget (``max_states``) is kept exactly by ``explore``
+    alone, so with one the search runs in one process.
     """
-    if workers < 2:
+    if workers < 2 or options.get("max_states") is not None or options.get("stop_when_all_violated"):
         return explore(policy, config, **options)
+    import multiprocessing
     import pickle
-    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    try:  # worlds travel between workers, and without fork so do the policy and options
+        pickle.dumps((World(policy, config, options.get("destination_factory")), policy, options))
+    except Exception:  # a user's policy or destination that does not pickle: one process
+        return explore(policy, config, **options)
+    options.pop("max_states", None)
+    options.pop("stop_when_all_violated", None)
+    return _explore_on_workers(policy, config, workers, context, **options)
+
+
+def _explore_on_workers(
+    policy: JanitorPolicy,
+    config: ModelConfig,
+    workers: int,
+    context,
+    *,
+    max_depth: int | None = None,
+    time_budget: float | None = None,
+    symmetry: bool = False,
+    invariants: tuple[Invariant, ...] = INVARIANTS,
+    destination_factory: Callable[[Guards], Destination] | None = None,
+) -> Exploration:
+    started = time.perf_counter()
+    deadline = time.monotonic() + time_budget if time_budget is not None else None
+    result = Exploration(policy, config, max_depth, symmetry)
+    setup = (policy, config, symmetry, invariants, destination_factory)
+    pipes, processes = [], []
+    for _ in range(workers):
+        here, there = context.Pipe()
+        process = context.Process(target=_level_worker, args=(there, setup), daemon=True)
+        process.start()
+        there.close()
+        pipes.append(here)
+        processes.append(process)
+    found: dict[str, tuple[int, Action | None]] = {}
+    parents: list[tuple[int, Action] | None] = []
+    visited: dict[tuple, int] = {}
+    # per worker: the states to take up next, as (node, key, None) for a world it made
+    # itself or (node, key, pickled world) for one handed over by another worker
+    owned: list[list[tuple[int, tuple, bytes | None]]] = [[] for _ in range(workers)]
+    out_of_budget = None
+    depth = 0
+    remaining = False  # states found but not expanded (a depth bound stopped the walk)
+
+    def run_round(expand: bool, seed: bool = False) -> None:
+        """Every worker takes up the states it owns and, if ``expand``, expands them."""
+        nonlocal owned, out_of_budget
+        for number, pipe in enumerate(pipes):
+            pipe.send((owned[number], set(found), expand, seed and number == 0, deadline))
+        replies = [_receive(pipe) for pipe in pipes]
+        owned = [[] for _ in range(workers)]
+        candidates: dict[tuple, tuple[int | None, Action | None, list[int]]] = {}
+        for number, (children, step_found, drain_found, transitions, reached, unsettled, stopped) in enumerate(replies):
+            result.transitions += transitions
+            result.reached.update(reached)
+            result.drains_unsettled += unsettled
+            if stopped:
+                out_of_budget = "time_budget"
+            for name, node in sorted(drain_found.items()):
+                found.setdefault(name, (node, None))
+            for name, (node, action) in sorted(step_found.items()):
+                found.setdefault(name, (node, action))
+            for key, parent, action in children:
+                if key in visited:
+                    continue
+                holder = candidates.get(key)
+                if holder is None:
+                    candidates[key] = (parent, action, [number])
+                else:
+                    holder[2].append(number)
+        load = [0] * workers
+        movable: list[list[tuple[int, tuple]]] = [[] for _ in range(workers)]  # held by one worker only
+        for key, (parent, action, holders) in candidates.items():
+            node = len(parents)
+            visited[key] = node
+            parents.append((parent, action) if parent is not None else None)
+            worker = min(holders, key=load.__getitem__)
+            load[worker] += 1
+            owned[worker].append((node, key, None))
+            if len(holders) == 1:
+                movable[worker].append((node, key))
+        _balance(owned, movable, pipes)
 
     try:
-        pickle.dumps((policy, options))
-    except Exception:  # a user's policy that does not pickle: one process
-        return explore(policy, config, **options)
-    step = {inv.name for inv in INVARIANTS if not inv.at_teardown}
-    teardown = {inv.name for inv in INVARIANTS if inv.at_teardown}
-    with ProcessPoolExecutor(max_workers=2) as pool:
-        first, second = pool.map(_explore_task, [(policy, config, step, options), (policy, config, teardown, options)])
-    merged = first
-    merged.results = {inv.name: (first.results.get(inv.name) or second.results[inv.name]) for inv in INVARIANTS}
-    merged.seconds = max(first.seconds, second.seconds)
-    merged.drains_unsettled = second.drains_unsettled
-    if second.stopped_by and not merged.stopped_by:
-        merged.stopped_by = second.stopped_by
-    merged.exhausted = first.exhausted and second.exhausted
-    return merged
+        run_round(expand=False, seed=True)  # worker 0 makes the root
+        while any(owned) and out_of_budget is None:
+            if max_depth is not None and depth >= max_depth:
+                remaining = True
+                run_round(expand=False)  # judge the last level's drains, expand nothing
+                break
+            run_round(expand=True)
+            if out_of_budget is None:
+                depth += 1
+    finally:
+        for pipe in pipes:
+            try:
+                pipe.send(None)
+            except OSError:  # the worker is gone already
+                pass
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+    result.depth = depth
+    result.states = len(parents)
+    result.exhausted = out_of_budget is None and not remaining and not any(owned)
+    result.stopped_by = out_of_budget
+    _judge(result, invariants, found, parents, out_of_budget, destination_factory)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _balance(owned, movable, pipes) -> None:
+    """Move new states from the busier workers to the idler ones, so each expands its share.
+
+    A state is owned by a worker that made it; only what one worker alone holds
+    is moved, pickled by its maker and handed over whole (about 85 us a world,
+    against ~1 ms to expand it), and only as many as even the load out.
+    """
+    import pickle
+
+    share = sum(map(len, owned)) // len(owned)
+    moves: dict[int, list[tuple[int, tuple]]] = {}
+    takers = [n for n in range(len(owned)) if len(owned[n]) < share]
+    for giver in range(len(owned)):
+        excess = len(owned[giver]) - share
+        if excess <= 0 or not takers:
+            continue
+        moving = movable[giver][:excess]
+        moves[giver] = moving
+    if not moves:
+        return
+    for giver, moving in moves.items():
+        pipes[giver].send(("export", [key for _, key in moving]))
+    for giver, moving in moves.items():
+        worlds = _receive(pipes[giver])
+        moved = {node for node, _ in moving}
+        owned[giver] = [entry for entry in owned[giver] if entry[0] not in moved]
+        for node, key in moving:
+            taker = min(takers, key=lambda n: len(owned[n]))
+            owned[taker].append((node, key, worlds[key]))
+
+
+def _receive(pipe):
+    reply = pipe.recv()
+    if isinstance(reply, str):  # a worker's traceback
+        raise RuntimeError(f"an explorer worker failed:\n{reply}")
+    return reply
+
+
+def _level_worker(pipe, setup) -> None:
+    """One worker of ``_explore_on_workers``: take up states, judge and expand them, a level a round.
+
+    It keeps the worlds it made whose keys it has sent, until the coordinator
+    says which of them it owns; every key it sends once, so the coordinator sees
+    each state at most once per worker.
+    """
+    import pickle
+    import traceback
+
+    policy, config, symmetry, invariants, destination_factory = setup
+    step_invariants = [inv for inv in invariants if not inv.at_teardown]
+    judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown])
+    waiting: dict[tuple, World] = {}
+    sent: set[tuple] = set()
+    try:
+        while True:
+            order = pipe.recv()
+            if order is None:
+                return
+            if order[0] == "export":  # hand some of the worlds made to another worker
+                pipe.send({key: pickle.dumps(waiting.pop(key), protocol=pickle.HIGHEST_PROTOCOL) for key in order[1]})
+                continue
+            to_take_up, already_found, expand, seed, deadline = order
+            frontier = [
+                (node, waiting[key] if handed is None else pickle.loads(handed)) for node, key, handed in to_take_up
+            ]
+            waiting = {}
+            drain_found: dict[str, int] = {}
+            unsettled = 0
+            for node, world in frontier:
+                if all(inv.name in already_found or inv.name in drain_found for inv in judge_drain.invariants):
+                    break
+                broken, settled = judge_drain(world)
+                unsettled += not settled
+                for name in broken:
+                    drain_found.setdefault(name, node)
+            children: list[tuple[tuple, int | None, Action | None]] = []
+            step_found: dict[str, tuple[int, Action]] = {}
+            transitions = 0
+            reached: Counter = Counter()
+            stopped = False
+            if seed:
+                root = World(policy, config, destination_factory)
+                key = state_key(root, symmetry)
+                sent.add(key)
+                waiting[key] = root
+                children.append((key, None, None))
+            if expand:
+                for node, world in frontier:
+                    if deadline is not None and time.monotonic() > deadline:
+                        stopped = True
+                        break
+                    for action in _up_to_janitors(world, world.enabled_actions()):
+                        child = world.clone(history=False)
+                        child.apply(action)
+                        transitions += 1
+                        if child.reached:
+                            reached.update(child.reached)
+                        for inv in step_invariants:
+                            if inv.name not in already_found and inv.name not in step_found and inv.check(child):
+                                step_found[inv.name] = (node, action)
+                        key = state_key(child, symmetry)
+                        if key in sent:
+                            continue
+                        sent.add(key)
+                        child.reached.clear()
+                        waiting[key] = child
+                        children.append((key, node, action))
+            pipe.send((children, step_found, drain_found, transitions, reached, unsettled, stopped))
+    except Exception:
+        pipe.send(traceback.format_exc())
 
 
 def describe_bounds(found: Exploration) -> str:

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from fence._cli import PROFILES
-from fence._explore import Outcome, _DrainJudge, explore, shortest, state_key
+from fence._explore import Outcome, _DrainJudge, explore, explore_with_workers, shortest, state_key
 from fence._invariants import BY_NAME, required_dangers
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
@@ -175,6 +175,37 @@ def test_symmetry_gives_the_same_verdicts_with_fewer_states():
     reduced = explore(POLICIES["naive"], config, max_depth=9, symmetry=True)
     assert {k: v.outcome for k, v in plain.results.items()} == {k: v.outcome for k, v in reduced.results.items()}
     assert reduced.states < plain.states
+
+
+def _walk_figures(found) -> tuple:
+    verdicts = {name: (item.outcome, item.depth) for name, item in found.results.items()}
+    return (found.states, found.transitions, found.depth, found.exhausted, dict(found.reached), verdicts)
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_two_workers_walk_the_same_graph_as_one(name):
+    """Sharing each level between two processes gives the same states, transitions, dangers and verdicts."""
+    together = explore_with_workers(POLICIES[name], CI_BOUND, workers=2)
+    assert _walk_figures(together) == _walk_figures(explored(name))
+    for item in together.results.values():
+        if item.counterexample:  # replayed through the one World by _counterexample
+            assert item.counterexample.shortest_steps == item.depth
+
+
+def test_two_workers_keep_a_depth_bound_and_symmetry():
+    """With jobs symmetric and a depth bound, both engines stop at the same level, not exhausted."""
+    config = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
+    alone = explore(POLICIES["witness"], config, max_depth=8, symmetry=True)
+    together = explore_with_workers(POLICIES["witness"], config, workers=2, max_depth=8, symmetry=True)
+    assert not alone.exhausted
+    assert _walk_figures(together) == _walk_figures(alone)
+
+
+def test_two_workers_out_of_time_are_undetermined():
+    """A time budget that runs out on two workers leaves the unbroken invariants UNDETERMINED."""
+    found = explore_with_workers(POLICIES["abandon-fenced"], TWO_BY_TWO, workers=2, time_budget=0.5, symmetry=True)
+    assert found.stopped_by == "time_budget" and not found.exhausted
+    assert found.outcome() is Outcome.UNDETERMINED
 
 
 def test_the_memoised_drain_judges_as_drain_does():
