@@ -86,6 +86,17 @@ Symmetry
     as many units as jobs); the tests compare verdicts with and without
     symmetry.
 
+Both cores
+    ``explore_with_workers`` keeps the same walk, level by level, and shares
+    each level's states between worker processes: a worker expands the states
+    it owns, judges each transition and drains its new states; the coordinating
+    process keeps the one visited set and the parent pointers. A new state is
+    owned by a worker that made it (its world never leaves that process) unless
+    the load must be evened, when its maker hands it over pickled. Since no
+    level starts before the last is finished, the first violation found is still
+    at the least depth. The tests walk every policy both ways and compare the
+    states, transitions, dangers and verdicts.
+
 Verdicts
     PROVED: the state space under the bounds was exhausted (or, with
     ``max_depth``, every run of at most that many chosen steps was checked) and
