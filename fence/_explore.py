@@ -299,12 +299,9 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
-    def key_of(world: World):
-        return state_key(world, symmetry)
-
     root = World(policy, config, destination_factory)
     parents: list[tuple[int, Action] | None] = [None]
-    visited = {key_of(root): 0}
+    visited = {state_key(root, symmetry): 0}
 
     judge_drain = _DrainJudge(teardown_invariants)
 
@@ -316,24 +313,17 @@ def explore(
         for name in broken:
             found.setdefault(name, (node, None))
 
-    def expand(node: int, world: World, actions: list[Action], following: list) -> None:
+    def expand(node: int, world: World, following: list) -> None:
         """Take each action from ``world``; judge each successor; queue the new ones."""
-        for action in actions:
-            child = world.clone(history=False)
-            child.apply(action)
+        for action, child, key, broken in _successors(world, symmetry, step_invariants, found, result.reached):
             result.transitions += 1
-            if child.reached:
-                result.reached.update(child.reached)
-            for inv in step_invariants:
-                if inv.name not in found and inv.check(child):
-                    found[inv.name] = (node, action)
-            key = key_of(child)
+            for name in broken:
+                found[name] = (node, action)
             if key in visited:
                 continue
             child_node = len(parents)
             visited[key] = child_node
             parents.append((node, action))
-            child.reached.clear()
             following.append((child_node, child))
             check_teardown(child_node, child)
 
@@ -352,7 +342,7 @@ def explore(
             if max_states is not None and len(parents) >= max_states:
                 out_of_budget = "max_states"
                 break
-            expand(node, world, _up_to_janitors(world, world.enabled_actions()), following)
+            expand(node, world, following)
             if stop_when_all_violated and len(found) == len(invariants):
                 out_of_budget = out_of_budget or "all_violated"
                 break
@@ -403,6 +393,25 @@ def _judge(
             result.results[inv.name] = InvariantResult(inv, Outcome.UNDETERMINED)
         else:
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
+
+
+def _successors(world: World, symmetry: bool, step_invariants, known, reached: Counter):
+    """Every transition out of ``world``: ``(action, child, key, broken)`` per action taken.
+
+    One action per group of janitors' interchangeable ones (``_up_to_janitors``),
+    each on a clone without history, so ``broken`` (the step invariants not in
+    ``known`` that this transition breaks) and the dangers it adds to ``reached``
+    are what the transition alone did. Both ``explore`` and the workers of
+    ``explore_with_workers`` walk the graph through this.
+    """
+    for action in _up_to_janitors(world, world.enabled_actions()):
+        child = world.clone(history=False)
+        child.apply(action)
+        if child.reached:
+            reached.update(child.reached)
+            child.reached.clear()
+        broken = [inv.name for inv in step_invariants if inv.name not in known and inv.check(child)]
+        yield action, child, state_key(child, symmetry), broken
 
 
 def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
@@ -524,8 +533,9 @@ def explore_with_workers(policy: JanitorPolicy, config: ModelConfig, *, workers:
     level. Each worker process expands the states it owns (clone, apply, the
     step invariants, the key) and drains its new states for invariant 6; this
     process keeps the one visited set and the parent pointers, and gives each
-    new state to a worker that already holds it (the least loaded of those), so
-    worlds never travel between processes, only keys and actions. A level is
+    new state to a worker that already holds it (the least loaded of those); only
+    keys and actions travel, and the few pickled worlds ``_balance`` hands from a
+    busier worker to an idler one. A level is
     finished by every worker before the next starts, so states are numbered by
     depth as in ``explore`` and the first violation of an invariant is still at
     the least depth: its counterexample is as short (possibly another one of the
@@ -736,24 +746,19 @@ def _level_worker(pipe, setup) -> None:
                 waiting[key] = root
                 children.append((key, None, None))
             if expand:
+                known = set(already_found)
                 for node, world in frontier:
                     if deadline is not None and time.monotonic() > deadline:
                         stopped = True
                         break
-                    for action in _up_to_janitors(world, world.enabled_actions()):
-                        child = world.clone(history=False)
-                        child.apply(action)
+                    for action, child, key, broken in _successors(world, symmetry, step_invariants, known, reached):
                         transitions += 1
-                        if child.reached:
-                            reached.update(child.reached)
-                        for inv in step_invariants:
-                            if inv.name not in already_found and inv.name not in step_found and inv.check(child):
-                                step_found[inv.name] = (node, action)
-                        key = state_key(child, symmetry)
+                        for name in broken:
+                            step_found[name] = (node, action)
+                            known.add(name)
                         if key in sent:
                             continue
                         sent.add(key)
-                        child.reached.clear()
                         waiting[key] = child
                         children.append((key, node, action))
             pipe.send((children, step_found, drain_found, transitions, reached, unsettled, stopped))
