@@ -200,11 +200,10 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     # entries, 3 attempts, 4 messages in flight, 5 retries queued
     reserved = ReservationState.RESERVED
     unknown = ReservationState.OUTCOME_UNKNOWN
-    held_answers: dict[str, list[str]] = {}
-    decide = world.policy.decide
+    held_answers: dict[str, list] = {}
     for held in world.evidence:
         for reservation_id, found in held.items():
-            held_answers.setdefault(reservation_id, []).append(decide(found)._value_)
+            held_answers.setdefault(reservation_id, []).append(_evidence_token(found))
     for x in world.ledger._reservations.values():
         job, _, number = x.reservation_id.partition("/")
         state = x.state
@@ -271,6 +270,23 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     if own_destination:
         return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed))
     return (now, tuple(keyed), _destination_snapshot(destination))
+
+
+def _evidence_token(evidence) -> tuple:
+    """A janitor's held answer as a key part: the answer itself, never the policy's decision on it.
+
+    The policy's ``decide`` runs when a settle is taken and at no other moment
+    (a decide that writes would otherwise write while the explorer only looks).
+    fence's own ``Evidence`` is a frozen value; fields are read as ``_value_``
+    for speed.
+    """
+    # Sortable: None is written as "" (no AttemptState has that value).
+    return (
+        -1 if evidence.key_exists is None else int(evidence.key_exists),
+        evidence.attempt_state._value_ if evidence.attempt_state is not None else "",
+        evidence.attempt_asked,
+        evidence.abandon_result._value_ if evidence.abandon_result is not None else "",
+    )
 
 
 _DEAD = frozenset({Phase.CRASHED, Phase.DONE})
@@ -431,7 +447,10 @@ def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
         if kind == "scan" or kind == "probe":
             same = (kind, action.reservation)
         elif kind == "settle":
-            same = (kind, action.reservation, world.policy.decide(world.evidence[action.janitor][action.reservation]))
+            if action.follow_up:
+                same = (kind, action.reservation, "follow_up")
+            else:
+                same = (kind, action.reservation, _evidence_token(world.evidence[action.janitor][action.reservation]))
         else:
             kept.append(action)
             continue

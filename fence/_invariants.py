@@ -1,8 +1,11 @@
 """The named invariants the models judge every policy on, and the "sometimes" checks.
 
 Each invariant is a pure function of a ``World`` that returns ``None`` when it
-holds and a sentence saying what broke when it does not. Invariants 1-5 and 7
-are checked after every step; 6 only at the end of a run, after ``World.drain``.
+holds and a sentence saying what broke when it does not. It reads only what
+fence itself recorded: the observer's facts and findings (``fence._observer``)
+and fence's own model of the workers, never a plug-in's answers. Invariants
+1-5 and 7 are checked after every step; 6 only at the end of a run, after
+``World.drain``.
 
 A safe verdict is only as good as the interleavings the run visited, so each
 "always" is paired with ``DANGERS``: counts of the dangerous situations a run
@@ -11,7 +14,6 @@ must have reached before fence will call a policy safe rather than undetermined.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,89 +35,48 @@ class Invariant:
         return f"{self.number}. {self.name}"
 
 
-def _no_duplicate_writes(world: World) -> str | None:
-    keys = [effect.key for effect in world.destination.effects()]
-    if len(set(keys)) == len(keys):  # the common case, cheaply (the explorer asks on every step)
-        return None
-    counts = Counter(keys)
-    twice = {key: n for key, n in counts.items() if n > 1}
-    if twice:
-        return "; ".join(f"{key} was written {n} times" for key, n in sorted(twice.items()))
-    return None
+def _found(name: str) -> Callable[[World], str | None]:
+    """An invariant judged on what the observer recorded while the run went (see fence._observer)."""
 
+    def check(world: World) -> str | None:
+        return world.observer.findings.first(name)
 
-def _no_release_while_effect_exists(world: World) -> str | None:
-    for record in world.releases:
-        if record.unaccounted_effects:
-            return (
-                f"{record.reservation_id}'s unit went back to the pool while an effect for "
-                f"{record.key} existed that no other reservation paid for"
-            )
-    return None
+    return check
 
 
 def _no_early_release(world: World) -> str | None:
-    for record in world.releases:
-        if record.owner_could_still_write:
-            return (
-                f"{record.reservation_id}'s unit went back to the pool while its attempt "
-                f"{record.owner_attempt} could still write"
-            )
-    if world.late_effects:
-        return world.late_effects[0]
-    live = world.live_attempts()
-    if len(live) > world.config.capacity:
-        names = ", ".join(a.handle for a in live)
-        return f"{len(live)} attempts can write at once ({names}) with {world.config.capacity} unit(s)"
+    found = world.observer.findings.first("no_early_release")
+    if found:
+        return found
+    # The present: attempts that can still write, judged from facts (World.can_still_write).
+    writers = [a.handle for a in world.attempts.values() if world.can_still_write(a)]
+    if len(writers) > world.config.capacity:
+        return f"{len(writers)} attempts can write at once ({', '.join(writers)}) with {world.config.capacity} unit(s)"
     return None
-
-
-def _capacity_conserved(world: World) -> str | None:
-    ledger = world.ledger
-    if ledger.held > ledger.capacity:
-        return f"{ledger.held} units are held out of {ledger.capacity}"
-    twice = [rid for rid, n in ledger.units_freed.items() if n > 1]
-    if twice:
-        return f"{twice[0]}'s unit was freed {ledger.units_freed[twice[0]]} times"
-    holding = [r.key for r in ledger.reservations() if r.holds_unit]
-    if len(set(holding)) == len(holding):
-        return None
-    holders = Counter(holding)
-    doubled = [key for key, n in holders.items() if n > 1]
-    if doubled:
-        return f"{doubled[0]} holds {holders[doubled[0]]} units at once"
-    return None
-
-
-def _stale_attempt_cannot_change_newer(world: World) -> str | None:
-    return world.stale_changes[0] if world.stale_changes else None
-
-
-def _no_silent_replay(world: World) -> str | None:
-    return world.silent_replays[0] if world.silent_replays else None
 
 
 def _everything_settles(world: World) -> str | None:
-    stuck = [r.reservation_id for r in world.ledger.reservations() if r.state is ReservationState.OUTCOME_UNKNOWN]
+    observer = world.observer
+    stuck = [m.reservation_id for m in observer.unsettled() if m.state is ReservationState.OUTCOME_UNKNOWN]
     if stuck:
         return f"{', '.join(stuck)} stayed outcome_unknown after the drain, though no attempt was left running"
-    unsettled = [r.reservation_id for r in world.ledger.reservations() if r.state is ReservationState.RESERVED]
+    unsettled = [m.reservation_id for m in observer.unsettled() if m.state is ReservationState.RESERVED]
     if unsettled:
         return f"{', '.join(unsettled)} stayed reserved after the drain"
-    counts = Counter(effect.key for effect in world.destination.effects())
     for job in world.jobs:
-        if counts[job] != 1:
-            return f"{job} ended with {counts[job]} effects, not exactly one"
+        written = observer.effects_per_key[job]
+        if written != 1:
+            return f"{job} ended with {written} effects, not exactly one"
     return None
 
 
 INVARIANTS: tuple[Invariant, ...] = (
-    Invariant(1, "no_duplicate_writes", "at most one effect per idempotency key", _no_duplicate_writes),
+    Invariant(1, "no_duplicate_writes", "at most one effect per idempotency key", _found("no_duplicate_writes")),
     Invariant(
         2,
         "no_release_while_effect_exists",
         "capacity never returns to the pool while an effect for that reservation's key exists",
-        _no_release_while_effect_exists,
+        _found("no_release_while_effect_exists"),
     ),
     Invariant(
         3,
@@ -128,13 +89,13 @@ INVARIANTS: tuple[Invariant, ...] = (
         4,
         "capacity_conserved",
         "no unit freed twice, never more held than exist",
-        _capacity_conserved,
+        _found("capacity_conserved"),
     ),
     Invariant(
         5,
         "stale_attempt_cannot_change_newer",
         "a late confirm from a stale attempt never changes a newer reservation",
-        _stale_attempt_cannot_change_newer,
+        _found("stale_attempt_cannot_change_newer"),
     ),
     Invariant(
         6,
@@ -148,7 +109,7 @@ INVARIANTS: tuple[Invariant, ...] = (
         7,
         "no_silent_replay",
         "a worker is never told 'already exists' for a ticket that was written with another payload",
-        _no_silent_replay,
+        _found("no_silent_replay"),
     ),
 )
 BY_NAME: dict[str, Invariant] = {inv.name: inv for inv in INVARIANTS}

@@ -15,7 +15,7 @@ from fence._errors import IllegalMove
 from fence._ledger import Ledger, Move, Reservation, ReservationState
 from fence._policies import Decision, Evidence, JanitorPolicy
 
-_SETTLE_MOVES = {Decision.EXISTING: Move.SETTLE_EXISTING, Decision.UNUSED: Move.SETTLE_UNUSED}
+SETTLE_MOVES = {Decision.EXISTING: Move.SETTLE_EXISTING, Decision.UNUSED: Move.SETTLE_UNUSED}
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,17 @@ class Janitor:
         decision = self.policy.decide(evidence)
         if decision is Decision.HOLD:
             return Settlement(self.ledger.get(reservation_id), decision, evidence)
-        moved = self.ledger.apply(reservation_id, _SETTLE_MOVES[decision])
+        moved = self.ledger.apply(reservation_id, SETTLE_MOVES[decision])
         return Settlement(moved, decision, evidence)
+
+    @property
+    def has_follow_up(self) -> bool:
+        """Does the policy take a second step after it freed a unit (``after_release``)?"""
+        return callable(getattr(self.policy, "after_release", None))
+
+    def follow_up(self, reservation_id: str) -> None:
+        """The policy's second step after a release, taken on its own (other events may come first)."""
+        self.policy.after_release(self.destination, self.ledger.get(reservation_id))
 
     def run_once(self, now: float) -> list[Settlement | Reservation]:
         """One full pass, for the real-clock loop: scan, then probe and settle each."""

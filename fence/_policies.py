@@ -196,6 +196,9 @@ def _builtin() -> dict[str, Policy]:
     return {policy.name: policy for policy in rows}
 
 
+FENCE_POLICY_TYPES: frozenset[type] = frozenset({Policy, Naive, Reconcile, Witness, Abandon})
+"""fence's own policy classes: pure, frozen, with fence's own Evidence (exact types only)."""
+
 POLICIES: dict[str, Policy] = _builtin()
 """The built-in policies, in the order the verdict matrix lists them."""
 

@@ -37,9 +37,14 @@ from fence._destination import (
     TicketService,
 )
 from fence._errors import FenceError, IllegalMove, StaleAttempt
-from fence._janitor import Janitor
+from fence._janitor import SETTLE_MOVES, Janitor
 from fence._ledger import Ledger, Move, ReservationState
-from fence._policies import Decision, Evidence, JanitorPolicy
+from fence._observer import ObservedDestination, Observer
+from fence._policies import FENCE_POLICY_TYPES, Decision, Evidence, JanitorPolicy
+
+COMPLETE_SNAPSHOTS: set[type] = {TicketService, Ledger}
+"""fence's own ledgers and destinations, whose ``snapshot()`` holds everything that decides
+their next answers (fence.backends adds its SQL ones). Exact types: a subclass may add state."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +234,8 @@ class Settle(Action):
     kind: ClassVar[str] = "settle"
     janitor: int
     reservation: str
+    follow_up: bool = False
+    """The policy's second step after it freed the unit (``after_release``), not a decision."""
 
 
 ACTION_KINDS: tuple[str, ...] = tuple(Action.REGISTRY)
@@ -248,19 +255,6 @@ class Step:
     drain: bool = False
 
 
-@dataclass(frozen=True)
-class ReleaseRecord:
-    """A unit went back to the pool: what the world looked like at that moment."""
-
-    reservation_id: str
-    key: str
-    owner_attempt: str
-    step: int
-    unaccounted_effects: int
-    """Effects for the key not covered by another reservation still holding a unit."""
-    owner_could_still_write: bool
-
-
 class InapplicableAction(FenceError, ValueError):
     """An action that is not enabled in the current state (e.g. a corrupt replay)."""
 
@@ -278,7 +272,8 @@ class World:
         make = destination_factory or TicketService
         self.destination: Destination = make(policy.guards)
         self.ledger = (ledger_factory or Ledger)(config.capacity)  # fence.backends: SQL ledgers
-        self.janitors = [Janitor(self.ledger, self.destination, policy) for _ in range(config.janitors)]
+        self.observer = Observer(config.capacity)
+        self._make_janitors()
         self.now = 0
         self.jobs = [f"job{n}" for n in range(1, config.jobs + 1)]
         self.attempts: dict[str, Attempt] = {}
@@ -287,14 +282,22 @@ class World:
         self.network: list[Message] = []
         self.evidence: list[dict[str, Evidence]] = [{} for _ in range(config.janitors)]
         self.owner_of_reservation: dict[str, str] = {}
+        self.follow_ups: list[tuple[int, str]] = []
+        """(janitor, reservation): the policy's second step after a release, not yet taken."""
         self.trace: list[Step] = []
-        self.releases: list[ReleaseRecord] = []
-        self.late_effects: list[str] = []
-        self.stale_changes: list[str] = []
-        self.silent_replays: list[str] = []
-        self.reached: Counter[str] = Counter()
         self.draining = False
         self._enabled_cache: dict[str, list[Action]] | None = None
+
+    def _make_janitors(self) -> None:
+        # A janitor's policy talks to the destination through the observer, so that
+        # what the destination promised (an abandon's answer) is a recorded fact.
+        observed = ObservedDestination(self.destination, self.observer)
+        self.janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+
+    @property
+    def reached(self) -> Counter[str]:
+        """The dangerous interleavings this run visited (the observer counts them)."""
+        return self.observer.reached
 
     # -- reading -----------------------------------------------------------------
     def attempt_of(self, reservation_id: str) -> Attempt:
@@ -303,20 +306,16 @@ class World:
     def in_network(self, kind: MessageKind, attempt: str) -> bool:
         return any(m.kind is kind and m.attempt == attempt for m in self.network)
 
-    def effects_for(self, key: str) -> int:
-        return sum(1 for effect in self.destination.effects() if effect.key == key)
-
-    def recorded_payload(self, key: str) -> str | None:
-        """The payload of the first effect for ``key``: what a reader of the ticket sees."""
-        for effect in self.destination.effects():
-            if effect.key == key:
-                return effect.payload
-        return None
-
     def can_still_write(self, attempt: Attempt) -> bool:
-        """Could this attempt still make an effect land (or try to)?"""
-        if self.destination.attempt_state(attempt.identity) is AttemptState.ABANDONED:
-            return False  # the witness will refuse whatever it sends
+        """Could this attempt still make an effect land (or try to)?
+
+        Judged from facts fence holds, never from the destination's reads: the
+        worker is alive or its commit is on its way, and the destination has not
+        answered 'abandoned' to an abandon of it. If that answer was a lie, the
+        write it then lets through is caught when it lands (a late effect).
+        """
+        if attempt.identity in self.observer.abandoned:
+            return False
         if attempt.phase in (Phase.RESERVED, Phase.WORKING):
             return True
         return self.in_network(MessageKind.COMMIT, attempt.handle)
@@ -402,7 +401,8 @@ class World:
         ]
 
     def _enabled_settle(self) -> list[Action]:
-        return [Settle(j, r) for j in range(self.config.janitors) for r in self.evidence[j]]
+        settles = [Settle(j, r) for j in range(self.config.janitors) for r in self.evidence[j]]
+        return settles + [Settle(j, r, follow_up=True) for j, r in self.follow_ups]
 
     # -- applying --------------------------------------------------------------------
     def apply(self, action: Action) -> Step:
@@ -419,6 +419,7 @@ class World:
         handle = f"{job}#{number}"
         identity = job if self.policy.shared_identity else handle
         reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
+        self.observer.reserved(reservation.reservation_id, job, handle, deadline=self.now + self.config.lease)
         self.attempts_used[job] = number
         payload = f"ticket for {job}" + (f" (revision {number})" if revised else "")
         attempt = Attempt(handle, identity, job, reservation.reservation_id, payload)
@@ -439,9 +440,9 @@ class World:
     def _do_retry(self, action: Retry):
         self.retry_queue.remove(action.job)
         attempt = self._new_attempt(action.job, action.revised)
-        self.reached["retry_after_release"] += 1
+        self.observer.reach("retry_after_release")
         if action.revised:
-            self.reached["revised_retry"] += 1
+            self.observer.reach("revised_retry")
         deadline = self.ledger.get(attempt.reservation_id).deadline
         revised = f" with a revised payload '{attempt.payload}'" if action.revised else ""
         return (
@@ -502,32 +503,26 @@ class World:
         )
 
     def _deliver_commit(self, attempt: Attempt):
-        reservation = self.ledger.get(attempt.reservation_id)
-        if reservation.expired(self.now) or reservation.state is not ReservationState.RESERVED:
-            self.reached["commit_after_expiry"] += 1
-        released = reservation.state is ReservationState.UNUSED
-        if released:
-            self.reached["commit_after_release"] += 1
+        observer = self.observer
+        mine = observer.reservations[attempt.reservation_id]
+        if self.now >= mine.deadline or mine.state is not ReservationState.RESERVED:
+            observer.reach("commit_after_expiry")
+        if observer.released(attempt.reservation_id):
+            observer.reach("commit_after_release")
         result = self.destination.commit(attempt.identity, attempt.key, attempt.payload)
         self.network.append(Message(MessageKind.ACK, attempt.handle, result))
-        if result is CommitResult.WRITTEN:
+        written = observer.commit_answered(
+            attempt.handle, attempt.identity, attempt.reservation_id, attempt.key, attempt.payload,
+            result, self.destination.effects(),
+        )
+        if written:
             attempt.wrote = True
-            if released:
-                self.late_effects.append(
-                    f"{attempt.handle}'s effect landed after its reservation "
-                    f"{reservation.reservation_id} was given back"
-                )
-            copies = self.effects_for(attempt.key)
-            what = "the ticket is written" + (f" (copy {copies} for {attempt.key})" if copies > 1 else "")
-        else:
-            what = f"refused: {result.value}"
-            if result is CommitResult.ALREADY_EXISTS:
-                recorded = self.recorded_payload(attempt.key)
-                if recorded is not None and recorded != attempt.payload:
-                    self.silent_replays.append(
-                        f"{attempt.handle} was told its ticket exists, but {attempt.key}'s ticket "
-                        f"says '{recorded}', not '{attempt.payload}'"
-                    )
+        copies = observer.effects_per_key[attempt.key]
+        what = "the ticket is written" if result is CommitResult.WRITTEN else f"refused: {result.value}"
+        if written and result is not CommitResult.WRITTEN:
+            what += f", yet the destination's record gained {len(written)} write(s)"
+        if written and copies > 1:
+            what += f" (copy {copies} for {attempt.key})"
         return f"the destination receives {attempt.handle}'s commit: {what}", "network", "destination"
 
     def _do_lose_ack(self, action: LoseAck):
@@ -542,11 +537,7 @@ class World:
             changed = self.ledger.owner_move(attempt.key, attempt.identity, move)
         except (StaleAttempt, IllegalMove) as refusal:
             return f"{attempt.handle} tries to {move.value}; the ledger refuses: {refusal}", f"worker:{attempt.handle}", "ledger"
-        if changed.reservation_id != attempt.reservation_id:
-            self.stale_changes.append(
-                f"{attempt.handle}'s {move.value} changed {changed.reservation_id}, "
-                f"which belongs to {self.owner_of_reservation[changed.reservation_id]}"
-            )
+        self.observer.owner_move_accepted(attempt.handle, attempt.reservation_id, attempt.key, move)
         return (
             f"{attempt.handle} {move.value}s: {changed.reservation_id} is {changed.state.value}",
             f"worker:{attempt.handle}",
@@ -559,10 +550,10 @@ class World:
             point = "before its effect"
         elif self.in_network(MessageKind.COMMIT, attempt.handle):
             point = "while its commit is in flight"
-            self.reached["crash_while_commit_in_flight"] += 1
+            self.observer.reach("crash_while_commit_in_flight")
         elif attempt.wrote:
             point = "after its effect landed, before confirming"
-            self.reached["crash_after_effect"] += 1
+            self.observer.reach("crash_after_effect")
         else:
             point = "after its commit was refused, before hearing of it"
         attempt.phase = Phase.CRASHED
@@ -576,9 +567,10 @@ class World:
 
     def _do_scan(self, action: Scan):
         janitor = self.janitors[action.janitor]
-        moved = janitor.scan(action.reservation, self.now)
+        janitor.scan(action.reservation, self.now)
         actor = f"janitor:{action.janitor}"
-        if moved.state is ReservationState.UNUSED:
+        mirror = self.observer.moved(action.reservation, janitor.expiry_move, by=actor)
+        if mirror.state is ReservationState.UNUSED:
             self._record_release(action.reservation)
             return f"janitor {action.janitor} sees {action.reservation} expired and frees its unit", actor, "ledger"
         return (
@@ -590,9 +582,9 @@ class World:
     def _do_probe(self, action: Probe):
         owner = self.attempt_of(action.reservation)
         if self.in_network(MessageKind.COMMIT, owner.handle):
-            self.reached["probe_while_commit_in_flight"] += 1
+            self.observer.reach("probe_while_commit_in_flight")
         if self.in_network(MessageKind.REGISTER, owner.handle):
-            self.reached["probe_while_registration_in_flight"] += 1
+            self.observer.reach("probe_while_registration_in_flight")
         evidence = self.janitors[action.janitor].probe(action.reservation)
         self.evidence[action.janitor][action.reservation] = evidence
         return (
@@ -602,12 +594,20 @@ class World:
         )
 
     def _do_settle(self, action: Settle):
-        evidence = self.evidence[action.janitor].pop(action.reservation)
         actor = f"janitor:{action.janitor}"
+        if action.follow_up:
+            self.follow_ups.remove((action.janitor, action.reservation))
+            self.janitors[action.janitor].follow_up(action.reservation)
+            return (
+                f"janitor {action.janitor} takes the policy's second step on {action.reservation}",
+                actor,
+                "destination",
+            )
+        evidence = self.evidence[action.janitor].pop(action.reservation)
         try:
             settlement = self.janitors[action.janitor].settle(action.reservation, evidence)
         except IllegalMove:
-            self.reached["settle_on_stale_evidence_refused"] += 1
+            self.observer.reach("settle_on_stale_evidence_refused")
             state = self.ledger.get(action.reservation).state.value
             return (
                 f"janitor {action.janitor} acts on '{evidence.describe()}', but {action.reservation} "
@@ -617,8 +617,11 @@ class World:
             )
         if settlement.decision is Decision.HOLD:
             return f"janitor {action.janitor} holds {action.reservation} ({evidence.describe()})", actor, "ledger"
-        if settlement.released:
+        mirror = self.observer.moved(action.reservation, SETTLE_MOVES[settlement.decision], by=actor)
+        if mirror.state is ReservationState.UNUSED:
             self._record_release(action.reservation)
+            if self.janitors[action.janitor].has_follow_up:
+                self.follow_ups.append((action.janitor, action.reservation))
             return (
                 f"janitor {action.janitor} settles {action.reservation} as unused ({evidence.describe()}): "
                 "its unit returns and the job is queued for retry",
@@ -633,24 +636,9 @@ class World:
         )
 
     def _record_release(self, reservation_id: str) -> None:
-        reservation = self.ledger.get(reservation_id)
         owner = self.attempt_of(reservation_id)
-        covering = sum(
-            1
-            for other in self.ledger.reservations()
-            if other.key == reservation.key and other.reservation_id != reservation_id and other.holds_unit
-        )
-        self.releases.append(
-            ReleaseRecord(
-                reservation_id,
-                reservation.key,
-                owner.handle,
-                len(self.trace),
-                max(0, self.effects_for(reservation.key) - covering),
-                self.can_still_write(owner),
-            )
-        )
-        self.retry_queue.append(reservation.key)
+        self.observer.release_judged(reservation_id, self.can_still_write(owner), owner.handle)
+        self.retry_queue.append(owner.key)
 
     # -- the end of a run ---------------------------------------------------------------
     def drain(self, max_rounds: int = 12) -> bool:
@@ -665,11 +653,43 @@ class World:
         # an enabled list cached before the drain would hide them.
         self._enabled_cache = None
         for _ in range(max_rounds):
-            before = self.fingerprint()
+            before, steps = self.fingerprint(), len(self.trace)
             self._drain_round()
-            if self.fingerprint() == before:
+            if self.reached_fixed_point(before, steps):
                 return True
         return False
+
+    def reached_fixed_point(self, before: tuple, steps_before: int) -> bool:
+        """Did the drain round that started at ``before`` (fingerprint, trace length) change nothing?
+
+        A round that only re-asks and holds leaves the fingerprint as it was. That
+        is a fixed point only if the fingerprint sees everything that decides the
+        next answers, which fence knows of its own ledger and destination only; a
+        plug-in may keep state outside its ``snapshot()`` (a witness that gives up
+        after some questions), so with one the drain stops only at a round that
+        took no step at all, or at ``max_rounds``.
+        """
+        if self.fingerprint() != before:
+            return False
+        return self.snapshots_complete() or len(self.trace) == steps_before
+
+    def snapshots_complete(self) -> bool:
+        """Are the ledger and destination fence's own, whose snapshots hold all of their state?"""
+        return type(self.destination) in COMPLETE_SNAPSHOTS and type(self.ledger) in COMPLETE_SNAPSHOTS
+
+    def fast_copy_is_faithful(self) -> bool:
+        """Can ``clone`` copy this world field by field (fence's own parts only)?
+
+        The field-by-field copy knows what fence's own ledger, destination, policies
+        and evidence hold. Anything else (a user's subclass, extra state, a policy
+        whose evidence points at the destination) is copied whole, in one
+        ``copy.deepcopy`` so that references between the parts stay consistent.
+        """
+        return (
+            type(self.destination) is TicketService
+            and type(self.ledger) is Ledger
+            and type(self.policy) in FENCE_POLICY_TYPES
+        )
 
     def _drain_round(self) -> None:
         # Every order in a drain round is a function of what the world holds, never
@@ -688,10 +708,7 @@ class World:
         # Janitors first finish what they were doing (act on the answers they hold,
         # stale or not), then janitor 0 makes a whole pass. Which janitor held which
         # answer does not change the order: janitors are interchangeable.
-        pending = sorted(
-            self.enabled("settle"),
-            key=lambda a: (a.reservation, self.policy.decide(self.evidence[a.janitor][a.reservation]).value, a.janitor),
-        )
+        pending = sorted(self.enabled("settle"), key=self._settle_order)
         for action in pending:
             self.apply(action)
         for action in sorted(self.enabled("scan"), key=lambda a: a.reservation):
@@ -700,12 +717,26 @@ class World:
         for action in sorted(self.enabled("probe"), key=lambda a: a.reservation):
             if action.janitor == 0:
                 self.apply(action)
-        for action in sorted(self.enabled("settle"), key=lambda a: a.reservation):
+        for action in sorted(self.enabled("settle"), key=self._settle_order):
             self.apply(action)
         retries = sorted(self.enabled("retry"), key=lambda a: (a.job, a.revised))
         for action in self.enabled("reserve") + retries:
             if action in self.enabled(action.kind):
                 self.apply(action)
+
+    def _settle_order(self, action: Settle) -> tuple:
+        """The drain's order of settles: by reservation, then by the answer held, then janitor.
+
+        The policy is never asked here (its ``decide`` runs only when a settle is
+        taken). Ordering by fence's own ``Evidence`` value, before the janitor,
+        keeps the order independent of which janitor holds which answer, which the
+        explorer's key relies on; any other evidence object is ordered by janitor.
+        """
+        if action.follow_up:
+            return (action.reservation, 1, "", action.janitor)
+        held = self.evidence[action.janitor][action.reservation]
+        answer = repr(held) if type(held) is Evidence else ""
+        return (action.reservation, 0, answer, action.janitor)
 
     def apply_unbounded_tick(self, by: int) -> Step:
         """A tick the drain may take past the horizon, to let every lease expire."""
@@ -716,50 +747,60 @@ class World:
         return step
 
     def clone(self, history: bool = True) -> World:
-        """An independent copy of this world, much faster than ``copy.deepcopy``.
+        """An independent copy of this world.
 
-        The policy is shared (policies are frozen); the ledger, the destination, the
-        attempts, the network and the janitors' evidence are copied. A destination
-        that is not fence's own ``TicketService`` is copied with ``copy.deepcopy``
-        unless it offers a ``clone()`` of its own. With ``history=False`` the
-        records the invariants read (trace, releases, late effects, stale changes,
-        silent replays, reached counters) start empty in the copy: the explorer
-        judges each transition on what that transition alone adds.
+        fence's own parts are copied field by field, much faster than
+        ``copy.deepcopy``; a world with a user's ledger, destination or policy is
+        deep-copied whole (``fast_copy_is_faithful``). The policy of the fast path is
+        shared (fence's policies are frozen and keep nothing). With
+        ``history=False`` the copy starts with no trace and no findings or danger
+        counts, while keeping the observer's present state: the explorer judges
+        each transition on what that transition alone adds.
         """
+        if not self.fast_copy_is_faithful():
+            return self._deep_clone(history)
         other = World.__new__(World)
         other.policy = self.policy
         other.config = self.config
-        other.destination = _clone_destination(self.destination)
-        ledger = self.ledger.copy()  # the ledger owns what a copy of it needs
-        other.ledger = ledger
-        other.janitors = [Janitor(ledger, other.destination, self.policy) for _ in self.janitors]
+        other.destination = self.destination.clone()
+        other.ledger = self.ledger.copy()  # the ledger owns what a copy of it needs
+        other.observer = self.observer.copy(findings=history)
+        other._make_janitors()
         other.now = self.now
         other.jobs = self.jobs  # never mutated
         other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
         other.attempts_used = dict(self.attempts_used)
         other.retry_queue = list(self.retry_queue)
         other.network = list(self.network)  # Message is frozen
-        other.evidence = [dict(e) for e in self.evidence]  # Evidence is frozen
+        other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
         other.owner_of_reservation = dict(self.owner_of_reservation)
-        if history:
-            other.trace = list(self.trace)
-            other.releases = list(self.releases)
-            other.late_effects = list(self.late_effects)
-            other.stale_changes = list(self.stale_changes)
-            other.silent_replays = list(self.silent_replays)
-            other.reached = Counter(self.reached)
-        else:
-            other.trace, other.releases, other.late_effects = [], [], []
-            other.stale_changes, other.silent_replays, other.reached = [], [], Counter()
+        other.follow_ups = list(self.follow_ups)
+        other.trace = list(self.trace) if history else []
         other.draining = self.draining
         other._enabled_cache = None
         return other
 
+    def _deep_clone(self, history: bool) -> World:
+        import copy
+
+        trace, cache = self.trace, self._enabled_cache
+        self.trace, self._enabled_cache = [], None  # the trace is history; the cache is rebuilt
+        try:
+            other = copy.deepcopy(self)
+        finally:
+            self.trace, self._enabled_cache = trace, cache
+        if history:
+            other.trace = list(trace)
+        else:
+            other.observer = other.observer.copy(findings=False)
+            other._make_janitors()
+        return other
+
     def fingerprint(self) -> tuple:
-        """A hashable picture of everything that decides what can happen next."""
+        """A hashable picture of everything that decides what can happen next (see ``reached_fixed_point``)."""
         return (
             self.now,
-            self.ledger.snapshot(),
+            _snapshot(self.ledger),
             _destination_snapshot(self.destination),
             tuple(
                 (a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote, a.payload)
@@ -768,6 +809,7 @@ class World:
             tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else "") for m in self.network)),
             tuple(self.retry_queue),
             tuple(tuple(sorted(e.items(), key=lambda kv: kv[0])) for e in self.evidence),
+            tuple(self.follow_ups),
         )
 
 
@@ -785,21 +827,18 @@ def _copy_attempt(attempt: Attempt) -> Attempt:
     return other
 
 
-def _clone_destination(destination: Destination) -> Destination:
-    # TicketService.clone() copies its own state; a user's destination may offer one too.
-    own = getattr(destination, "clone", None)
-    if callable(own):
-        return own()
-    import copy
-
-    return copy.deepcopy(destination)
-
-
 def _destination_snapshot(destination: Destination) -> tuple:
     snapshot = getattr(destination, "snapshot", None)
     if callable(snapshot):
         return snapshot()
     return tuple((e.key, e.attempt_id, e.payload) for e in destination.effects())
+
+
+def _snapshot(ledger) -> tuple:
+    snapshot = getattr(ledger, "snapshot", None)
+    if callable(snapshot):
+        return snapshot()
+    return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in ledger.reservations())
 
 
 _ENABLED: dict[str, Callable[[World], list[Action]]] = {

@@ -30,6 +30,7 @@ from typing import Any
 from fence._destination import Guards, TicketService
 from fence._errors import BackendError
 from fence._ledger import Ledger, Move, Reservation
+from fence._world import COMPLETE_SNAPSHOTS
 from fence.backends._sql import SCHEMA_VERSION, SqlDestination, SqlLedger, SqlStore
 
 __all__ = [
@@ -67,6 +68,10 @@ class MemoryLedger(Ledger):
 
     def claimed_by(self, reservation_id: str) -> str | None:
         return self._claimed_by.get(reservation_id)
+
+
+# The models may trust these snapshots to hold all of their state (see World.reached_fixed_point).
+COMPLETE_SNAPSHOTS.update({MemoryLedger, SqlLedger, SqlDestination})
 
 
 @dataclass
