@@ -74,7 +74,8 @@ from fence.backends import open_backend
 JANITOR_POLL = 0.005
 """Seconds between a janitor's claims in the experiments (the fleet polls at 0.02)."""
 READY_TIMEOUT = 30.0
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "postgres.sh"
+SCRIPT = Path(__file__).resolve().parent / "_scripts" / "postgres.sh"
+"""Package data, so that an installed fence starts its own cluster (scripts/postgres.sh runs it in a checkout)."""
 CRASH_POINTS = ("after-effect", "in-flight", "before-effect")
 """Where a worker is SIGKILLed in the crash-boundary experiment."""
 SETTLED = frozenset({ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING})

@@ -36,7 +36,7 @@ from fence._ledger import Ledger
 from fence._minimise import minimise
 from fence._policies import JanitorPolicy
 from fence._world import ModelConfig, Step
-from stateful.machines import InvariantViolation, Survey, machine_for
+from fence._machines import InvariantViolation, Survey, machine_for
 
 EXPECTED_FILE = Path(__file__).with_name("expected_verdicts.txt")
 
