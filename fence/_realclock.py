@@ -134,6 +134,8 @@ class AttemptRecord:
     spec: AttemptSpec
     asked_at: float | None = None
     reserved_at: float | None = None
+    deadline: float | None = None
+    """The lease deadline the ledger set, on the same clock: the tests order releases against it."""
     token: tuple | None = None
     """Where its unit came from: ("start",), ("finished", key) or ("released", key)."""
     work_start: float | None = None
@@ -184,6 +186,8 @@ class Fleet:
         self.records: dict[str, AttemptRecord] = {}
         self.phase: dict[str, str] = {}
         self.releases: list[Release] = []
+        self.expired_owners: list[str] = []
+        """Whose lease the janitor found expired, in order: the tests tell planned expiries from starved ones."""
         self.tokens: collections.deque[tuple] = collections.deque(("start",) for _ in range(capacity))
         self._queue: list[str] = []
         self._unfinished = 0
@@ -230,7 +234,7 @@ class Fleet:
                 self.lock.wait(0.05)
             self._queue.pop(0)
             now = self.recorder.now()
-            self.ledger.reserve(spec.key, spec.attempt_id, now, self.lease)
+            record.deadline = self.ledger.reserve(spec.key, spec.attempt_id, now, self.lease).deadline
             record.reserved_at = now
             record.token = self.tokens.popleft()
             self.phase[spec.attempt_id] = "working"
@@ -295,6 +299,7 @@ class Fleet:
     def _note(self, result: Settlement | Reservation) -> None:
         log = self.recorder.log
         if isinstance(result, Reservation):
+            self.expired_owners.append(result.owner)
             log("janitor", "expiry", f"{result.reservation_id} lease expired -> {result.state.value}")
             if result.state is ReservationState.UNUSED:
                 self._released(result)
@@ -443,6 +448,7 @@ def crash_trial(policy: JanitorPolicy, crash: str, lease: float, number: int) ->
         "crash": first.crashed_at,
         "released": release.t if release else None,
         "retry": retry_record.commit_at if retry_record else None,
+        "deadline": first.deadline,
     }
     line = (
         f"POLICY={policy.name} CRASH={crash} trial {number}: expiry@{_at(expiry)} "
@@ -570,6 +576,7 @@ def delayed_trial(policy: JanitorPolicy, lease: float, number: int) -> TrialResu
         "old_commit": old.commit_at,
         "retry": retry_record.commit_at if retry_record else None,
         "wasted": wasted,
+        "deadline": old.deadline,
     }
     ok = old.result is CommitResult.WRITTEN
     line = (
@@ -624,9 +631,12 @@ def contention_trial(lease: float, work: float, number: int) -> TrialResult:
     settled = fleet.wait(timeout=CONTENTION_WORKERS * work + 10 * lease + 5)
     events = fleet.recorder.events
     crashed = fleet.records["job0#1"].crashed_at
-    release = fleet.releases[0] if fleet.releases else None
+    # The crashed holder's release and its first heir. On a busy machine a
+    # healthy worker can overrun its lease too, and reconcile frees that unit
+    # as well: those releases are counted apart, never taken for this one.
+    release = next((r for r in fleet.releases if r.owner == "job0#1"), None)
     heirs = [r for r in fleet.records.values() if r.token == ("released", "job0")]
-    heir = heirs[0] if heirs else None
+    heir = min(heirs, key=lambda r: r.reserved_at) if heirs else None
     done = [r for r in fleet.records.values() if r.confirmed == ReservationState.CONFIRMED.value]
     makespan = max(r.commit_at for r in done) if done else None
     busy = sum(r.commit_at - r.work_start for r in done)
@@ -635,6 +645,13 @@ def contention_trial(lease: float, work: float, number: int) -> TrialResult:
         "jobs_done": len({r.spec.key for r in done}),
         "inherited": int(heir is not None),
         "duplicates": sum(max(0, fleet.effects(f"job{n}") - 1) for n in range(CONTENTION_WORKERS)),
+        "healthy_expired": sum(1 for owner in fleet.expired_owners if owner != "job0#1"),
+        "healthy_released": sum(1 for r in fleet.releases if r.owner != "job0#1"),
+        "settled_jobs": sum(
+            1 for n in range(CONTENTION_WORKERS)
+            if (current := fleet.ledger.current(f"job{n}")) is not None
+            and current.state in (ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING)
+        ),
     }
     times = {
         "crash": crashed,
@@ -645,6 +662,7 @@ def contention_trial(lease: float, work: float, number: int) -> TrialResult:
         "makespan": makespan,
         "capacity_lost": lost,
         "lease": lease,
+        "holder_deadline": fleet.records["job0#1"].deadline,
     }
     line = (
         f"LEASE={lease:.2f}s work={work:.3f}s trial {number}: crash@{_at(crashed)} released@{_at(times['released'])} "
@@ -763,7 +781,7 @@ def replay_real(path, tick: float = 0.05, policies: dict[str, JanitorPolicy] = P
     """
     policy, config, invariant, actions, drains = _counterexample.load(path, policies)
     inv = BY_NAME[invariant]
-    world = World(policy, config)
+    world = World(policy, config, *_counterexample.load_plugins(path))
     handles: collections.Counter = collections.Counter()
     actors = [_actor(a, handles) for a in actions]
     turn = threading.Condition()

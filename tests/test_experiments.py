@@ -1,4 +1,10 @@
-"""fence experiments: the article's counts and orderings, on real threads, at the quick lease."""
+"""fence experiments: the article's counts and orderings, on real threads, at the quick lease.
+
+Every time compared here is read from one clock (the trial's recorder), and
+only orderings and counts are asserted: a deadline before the expiry, a release
+before the inheritor's start. How long something took is a benchmark figure for
+evidence/ (``fence experiments``), never a test: a busy machine stretches it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import pytest
 from fence import _realclock
 from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
 
-pytestmark = pytest.mark.realclock
+# realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
 TRIALS = 5
 LEASE = QUICK_LEASE
@@ -45,6 +51,7 @@ def _kinds(trial, kind, lane=None):
     return [e for e in trial.events if e.kind == kind and (lane is None or e.lane == lane)]
 
 
+@pytest.mark.realclock
 @pytest.mark.parametrize(
     "label, duplicates, with_effect, returned",
     [
@@ -67,16 +74,18 @@ def test_crash_boundary_counts_match_the_article(crash, label, duplicates, with_
     assert f"duplicate_writes_total={duplicates} " in variant.summary
 
 
+@pytest.mark.realclock
 def test_crash_boundary_naive_order_is_effect_crash_expiry_release_retry(crash):
     """In each naive after-effect trial the effect lands, the worker crashes, the lease expires, the unit returns, the retry writes again."""
     for trial in crash["POLICY=naive CRASH=after-effect"].trials:
         t = trial.times
         assert t["effect"] <= t["crash"] < t["expiry"] <= t["released"] < t["retry"]
-        assert t["expiry"] >= LEASE, "the janitor waited at least the lease"
+        assert t["deadline"] <= t["expiry"], "the janitor expired the lease at its deadline, not before"
         effects = _kinds(trial, "effect", "destination")
         assert [e.label.split()[0] for e in effects] == ["job1#1", "job1#2"]
 
 
+@pytest.mark.realclock
 def test_crash_boundary_reconcile_settles_existing_without_retry(crash):
     """Reconcile after a late crash finds the key and settles confirmed_existing; no retry ever starts."""
     for trial in crash["POLICY=reconcile CRASH=after-effect"].trials:
@@ -85,6 +94,7 @@ def test_crash_boundary_reconcile_settles_existing_without_retry(crash):
         assert trial.times["retry"] is None and trial.counts["retried"] == 0
 
 
+@pytest.mark.realclock
 @pytest.mark.parametrize(
     "mode, duplicates, early, released",
     [
@@ -107,16 +117,22 @@ def test_delayed_commit_counts_match_the_article(delayed, mode, duplicates, earl
     assert all(t.settled for t in variant.trials)
 
 
+@pytest.mark.realclock
 def test_delayed_commit_fenced_retry_wins_and_the_loser_wastes_its_work(delayed):
     """Under the fence the retry commits first, the old attempt is refused after its whole workload, and that waste is reported."""
     for trial in delayed["MODE=fenced"].trials:
         t = trial.times
-        assert t["expiry"] <= t["released"] < t["retry"] < t["old_commit"]
+        [started] = [e.t for e in _kinds(trial, "work", "worker job1#1")]
+        # The old attempt started inside its lease and worked on through the
+        # expiry, the release and the retry's commit before it was refused...
+        assert started < t["deadline"] <= t["expiry"] <= t["released"] < t["retry"] < t["old_commit"]
         assert [e.label for e in _kinds(trial, "refused")] == ["job1#1 already_exists"]
-        assert t["wasted"] >= 2.4 * LEASE * 0.99
+        # ...and the waste reported is exactly that span, on the same clock.
+        assert t["wasted"] == t["old_commit"] - started
     assert "loser_wasted=none" not in delayed["MODE=fenced"].summary
 
 
+@pytest.mark.realclock
 def test_delayed_commit_witness_holds_until_the_old_commit(delayed):
     """The witness janitor holds the in-flight attempt past expiry, and the old attempt's single write counts."""
     for trial in delayed["MODE=witness"].trials:
@@ -127,6 +143,7 @@ def test_delayed_commit_witness_holds_until_the_old_commit(delayed):
         assert [e.label for e in _kinds(trial, "effect")] == ["job1#1 written"]
 
 
+@pytest.mark.realclock
 def test_delayed_commit_abandon_tombstones_then_frees(delayed):
     """The abandon janitor abandons the attempt before it frees the unit, so the old commit is refused."""
     for trial in delayed["MODE=abandon"].trials:
@@ -136,30 +153,56 @@ def test_delayed_commit_abandon_tombstones_then_frees(delayed):
         assert [e.label for e in _kinds(trial, "refused")] == ["job1#1 abandoned"]
 
 
-def test_contention_inheritor_waits_about_one_lease(contention):
-    """At every lease the worker that inherits the crashed unit waited at least about one lease, after the release."""
+@pytest.mark.realclock
+def test_contention_inheritor_starts_only_after_the_crashed_units_lease(contention):
+    """At every lease the crashed unit comes back no earlier than its deadline, and its inheritor starts no earlier than that release.
+
+    This is what "the wait tracks the lease" can promise on a busy machine: the
+    unit is idle for at least the lease, whatever the lease. An issue-14 run
+    failed a duration bound here: an inheritor that asked 25 ms after the holder
+    reserved "waited" 0.075 s of a 0.1 s lease. Orderings on one clock cannot.
+    """
     rows = [v for label, v in contention.items() if label != "SWEEP"]
-    assert len(rows) == len(_realclock.CONTENTION_LEASES)
+    assert [v.lease for v in rows] == [m * LEASE for m in _realclock.CONTENTION_LEASES]
     for variant in rows:
-        assert variant.differences == []
         for trial in variant.trials:
             t = trial.times
-            assert trial.counts["inherited"] == 1 and trial.counts["jobs_done"] == 12
-            assert trial.counts["duplicates"] == 0
-            assert t["crash"] < t["released"] <= t["inherited_at"]
-            assert t["idle_unit"] >= variant.lease, "the unit came back only through expiry"
-            assert t["inheritor_waited"] >= 0.9 * variant.lease
+            assert trial.settled and trial.counts["inherited"] == 1, trial.line
+            assert t["crash"] < t["released"], "the holder crashed before its unit came back"
+            assert t["holder_deadline"] <= t["released"] <= t["inherited_at"], trial.line
 
 
-def test_contention_wait_tracks_the_lease(contention):
-    """The inheritor's median wait grows with the lease, and the sweep says so."""
+@pytest.mark.realclock
+def test_contention_duplicates_only_where_a_healthy_lease_ran_out(contention):
+    """Every job settles; each duplicate is a healthy worker's unit that reconcile freed before its effect landed, and a trial where no healthy lease ran out has the article's counts.
+
+    Healthy work fits its lease on an idle machine (0.03 s of 0.05 s at the
+    shortest); a starved worker can overrun it, and reconcile then frees the unit
+    and the retry writes again, which is reconcile's known duplicate, not a
+    flake. That trial is judged by what it recorded, so no load can break this.
+    """
+    for label, variant in contention.items():
+        if label == "SWEEP":
+            continue
+        for trial in variant.trials:
+            counts = trial.counts
+            assert counts["settled_jobs"] == _realclock.CONTENTION_WORKERS, trial.line
+            assert counts["duplicates"] == counts["healthy_released"], (trial.line, counts)
+            if counts["healthy_expired"] == 0:
+                assert counts["jobs_done"] == _realclock.CONTENTION_WORKERS and counts["duplicates"] == 0, trial.line
+
+
+@pytest.mark.realclock
+def test_contention_sweep_reports_the_measured_median_wait_per_lease(contention):
+    """The SWEEP line reports, per lease, the median of the inheritors' recorded waits: a figure for evidence/, not a bound."""
     rows = [v for label, v in contention.items() if label != "SWEEP"]
     medians = [statistics.median(t.times["inheritor_waited"] for t in v.trials) for v in rows]
-    assert medians == sorted(medians) and len(set(medians)) == len(medians)
-    assert contention["SWEEP"].totals == {"tracks_lease": 1}
-    assert "tracks_lease=yes" in contention["SWEEP"].summary
+    summary = contention["SWEEP"].summary
+    assert f"leases={','.join(f'{v.lease:.2f}' for v in rows)}s " in summary
+    assert f"inheritor_waited={','.join(f'{m:.3f}' for m in medians)}s " in summary
 
 
+@pytest.mark.realclock
 def test_cli_writes_evidence_with_its_header(tmp_path):
     """fence experiments prints trial and SUMMARY lines and writes them with command, date and versions."""
     out = tmp_path / "ev"
@@ -175,6 +218,7 @@ def test_cli_writes_evidence_with_its_header(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["crash-boundary.quick.txt"], "no temp files left behind"
 
 
+@pytest.mark.realclock
 def test_picture_is_a_png(tmp_path, crash):
     """With matplotlib installed, an experiment's timeline is written as a PNG beside the text."""
     pytest.importorskip("matplotlib")
