@@ -728,6 +728,7 @@ class FleetResult:
     jobs: int
     lease: float
     kill_every: float | None
+    kill_every_attempts: int | None = None
     elapsed: float = 0.0
     finished: bool = False
     kills: int = 0
@@ -770,7 +771,8 @@ class FleetResult:
         return [
             f"FLEET policy={self.policy} workers={self.workers} janitors={self.janitors} jobs={self.jobs} "
             f"capacity={self.jobs} lease={self.lease:g}s kill_every="
-            + ("none" if not self.kill_every else f"{self.kill_every:g}s"),
+            + (f"{self.kill_every_attempts}_attempts" if self.kill_every_attempts
+               else "none" if not self.kill_every else f"{self.kill_every:g}s"),
             f"  elapsed={self.elapsed:.2f}s jobs_per_s={self.jobs_per_second:.1f} finished={'yes' if self.finished else 'NO'}",
             f"  reservation latency (one reserve call) p50={_ms(self.latencies, 50)} p99={_ms(self.latencies, 99)}; "
             f"wait for a unit p50={_ms(self.waits, 50)} p99={_ms(self.waits, 99)}",
@@ -795,8 +797,14 @@ def _ms(values: list[float], percentile: int) -> str:
 
 def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lease: float = 1.0,
           kill_every: float | None = 0.5, restart: Callable[[], None] | None = None, janitors: int = 2,
-          seed: int = 0, time_limit: float = 300.0, progress: Progress = _quiet) -> FleetResult:
+          seed: int = 0, time_limit: float = 300.0, progress: Progress = _quiet,
+          kill_every_attempts: int | None = None) -> FleetResult:
     """Workers and janitors as processes over ``jobs`` jobs, random SIGKILLs, optionally one restart.
+
+    ``kill_every_attempts`` kills a busy worker after every that many attempts
+    sent, instead of every ``kill_every`` seconds: the kills then keep pace with
+    the run however slow the machine is. (A test's kill every 0.05 s outran a
+    starved fleet on PostgreSQL, which never finished its 200 jobs in 60 s.)
 
     The quota is exactly ``jobs`` units, so a leaked unit leaves a job that can
     never be reserved: it shows as a lost job, not only as a count. A job is
@@ -804,7 +812,7 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
     refused or unsure attempt leaves it to the janitors), never on a guess.
     """
     rng = random.Random(seed)
-    result = FleetResult(policy_name, url, workers, janitors, jobs, lease, kill_every)
+    result = FleetResult(policy_name, url, workers, janitors, jobs, lease, kill_every, kill_every_attempts)
     parent = Reconnecting(url, jobs, policy_name, reset=True)
     hands = Hands()
     keys = [f"job{n:05d}" for n in range(jobs)]
@@ -821,7 +829,8 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
         hands.ready(team + crew)
         idle = list(crew)
         t0 = time.monotonic()
-        next_kill = t0 + kill_every if kill_every else float("inf")
+        next_kill = t0 + kill_every if kill_every and not kill_every_attempts else float("inf")
+        kill_due = False
         next_doubt = t0
         restarter: threading.Thread | None = None
 
@@ -847,6 +856,7 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
                 child.busy, job_of[id(child)] = f"{key}#{tries[key]}", key
                 result.attempts += 1
                 child.send("attempt", key, child.busy, lease, rng.uniform(*FLEET_WORK), None)
+                kill_due = kill_due or bool(kill_every_attempts and result.attempts % kill_every_attempts == 0)
             for child, kind, t, data in hands.messages(0.01):
                 if child in team:
                     if kind == "exited":
@@ -874,10 +884,11 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
                     result.unexpected_exits += 1
                     replace(child)
             now = time.monotonic()
-            if now >= next_kill:
-                next_kill = now + kill_every
+            if now >= next_kill or kill_due:
+                next_kill = now + kill_every if next_kill != float("inf") else next_kill
                 victims = [c for c in crew if c.alive and c.busy]
                 if victims:
+                    kill_due = False  # a due kill waits for a busy worker
                     victim = rng.choice(victims)
                     hands.kill(victim)
                     result.kills += 1

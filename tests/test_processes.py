@@ -3,7 +3,9 @@
 The article's counts, per policy, with every worker a process that opens the
 backend itself and dies by SIGKILL at the chosen point; after every trial the
 audit (every job has its effect, no unit leaked, nothing stuck) must be clean.
-Two trials per variant at a short lease keep this file near a minute.
+Two trials per variant at a short lease keep this file near a minute. Only
+counts and orderings are asserted, never how long anything took (a busy machine
+stretches that): durations are figures for evidence/, written by fence bench.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 from fence import _processes
 from fence._experiments_cli import QUICK_PROCESS_LEASE
 
-pytestmark = pytest.mark.realclock
+# realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
 TRIALS = 2
 LEASE = QUICK_PROCESS_LEASE
@@ -41,6 +43,7 @@ def delayed(url):
     return {v.label: v for v in _processes.delayed_commit(url, TRIALS, LEASE)}
 
 
+@pytest.mark.realclock
 @pytest.mark.parametrize(
     "label, duplicates, with_effect, returned",
     [
@@ -65,6 +68,7 @@ def test_crash_boundary_on_processes_matches_the_article(crash, label, duplicate
     assert all(t.settled for t in variant.trials)
 
 
+@pytest.mark.realclock
 def test_a_sigkill_inside_the_commit_transaction_leaves_no_effect(crash):
     """The in-flight kill lands after the commit was sent and before it was answered, and the effect never appears: only the retry's does."""
     for trial in crash["POLICY=naive CRASH=in-flight"].trials:
@@ -74,6 +78,7 @@ def test_a_sigkill_inside_the_commit_transaction_leaves_no_effect(crash):
         assert trial.counts["effects"] == 1
 
 
+@pytest.mark.realclock
 @pytest.mark.parametrize(
     "mode, duplicates, early, released",
     [
@@ -96,18 +101,31 @@ def test_delayed_commit_on_processes_matches_the_article(delayed, mode, duplicat
     assert variant.differences == []
 
 
+@pytest.mark.realclock
 def test_delayed_commit_fenced_retry_wins_and_the_old_process_is_refused(delayed):
     """Under the fence the retry process commits first and the old process's late commit is refused after its whole workload."""
     for trial in delayed["MODE=fenced"].trials:
         t = trial.times
-        assert t["expiry"] <= t["released"] < t["retry"] < t["old_commit"]
-        assert t["wasted"] >= 2.4 * LEASE * 0.95
+        # Every time here is a CLOCK_MONOTONIC reading, which the processes share.
+        [reserved] = [e.t for e in trial.events if (e.lane, e.kind) == ("worker job1#1", "reserve")]
+        [sent] = [e.t for e in trial.events if (e.lane, e.kind) == ("worker job1#1", "work")]
+        assert reserved < t["expiry"] <= t["released"] < t["retry"] < t["old_commit"]
+        # It sends its commit only once its work is done, and that commit is the one refused...
+        assert reserved < sent <= t["old_commit"]
+        assert [e.label for e in trial.events if e.kind == "refused"] == ["job1#1 already_exists"]
+        # ...so the waste reported is its whole run, reservation to refusal, on that clock.
+        assert t["wasted"] == t["old_commit"] - reserved
 
 
+@pytest.mark.realclock
 def test_a_small_fleet_under_sigkills_loses_nothing(url):
-    """Four worker processes, two janitors, 200 jobs, a SIGKILL every 0.05 s under abandon-fenced: no duplicate, no job lost, no unit leaked, nothing stuck."""
+    """Four worker processes, two janitors, 200 jobs, a SIGKILL after every 5th attempt under abandon-fenced: no duplicate, no job lost, no unit leaked, nothing stuck."""
     # naive's fleet is measured by 'fence bench fleet', not here: CI time goes to the safe policy.
-    result = _processes.fleet(url, "abandon-fenced", workers=4, jobs=200, lease=0.5, kill_every=0.05, time_limit=60)
+    # Kills follow the attempts, not the clock: a kill every 0.05 s outran the
+    # fleet on a busy machine (PostgreSQL, 60 s, not finished). The time limit
+    # is only a guard against a hang; the pytest timeout is 300 s.
+    result = _processes.fleet(url, "abandon-fenced", workers=4, jobs=200, lease=0.5, kill_every=None,
+                              kill_every_attempts=5, time_limit=240)
     assert result.finished, result.lines()
     assert result.kills >= 3, "the run must really kill workers"
     assert result.audit.problems == [], result.lines()
