@@ -1,20 +1,29 @@
 """The ``fence`` command: verdicts for the built-in policies, or a check of yours.
 
-Exit status: 0 when the verdicts are what they should be (``verdicts``: equal to
-the committed expected file; ``check``: the policy holds every invariant;
-``explore``: every invariant proved within the bounds), 1 when not, 3 when
-``explore`` ran out of its budget of states or time (undetermined, never a
-pass), 2 for bad input -- always one line on stderr, never a traceback.
+Exit status, the same for ``check`` and ``explore``:
+
+  0  every invariant proved (within the explorer's bound; ``check``: and
+     Hypothesis found nothing at its larger configurations)
+  1  an invariant is violated: a replayable counterexample was written
+  2  bad input, or a plug-in that broke its protocol (raised, returned the
+     wrong thing): one line on stderr, never a traceback
+  3  undetermined: nothing violated, but something is not proved (a budget ran
+     out, the plug-ins cannot be explored faithfully, or only Hypothesis
+     searched: "not found in N examples" is not a proof)
+  4  the two engines disagree: a bug in fence, reported as such
+
+``verdicts`` exits 0 when every cell equals the committed expected file, 1 when
+one differs, 2 for bad input.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import sys
 import time
+from collections import Counter
+from dataclasses import replace
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -22,10 +31,13 @@ from typing import Sequence
 from fence import _counterexample
 from fence._errors import BackendError, BadInput
 from fence._invariants import INVARIANTS
-from fence._policies import POLICIES, JanitorPolicy, policy_problem
+from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
+from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import (
     EXPECTED_FILE,
     DEFAULT_CONFIGS,
+    EXPLORER_BOUND,
+    EXPLORER_CHECK_BUDGET,
     ConfigResult,
     PolicyReport,
     Verdict,
@@ -34,6 +46,7 @@ from fence._verdicts import (
     load_expected,
     profile_settings,
     survey_config,
+    with_explorer,
 )
 from fence._world import ModelConfig
 
@@ -49,57 +62,7 @@ PROFILES = {
 }
 
 
-def _load_attribute(spec: str, what: str):
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise BadInput(f"{what} {spec!r}: write it as MODULE:ATTR, e.g. mypkg.policies:MyPolicy")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            if not path.is_file():
-                raise BadInput(f"{what} {spec!r}: no file {path}")
-            module_spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-        else:
-            if "" not in sys.path:
-                sys.path.insert(0, "")  # let a module in the current directory import
-            module = importlib.import_module(module_name)
-    except BadInput:
-        raise
-    except Exception as error:  # any import failure is the user's to fix, not a crash
-        raise BadInput(
-            f"{what} {spec!r}: importing {module_name} failed ({type(error).__name__}: {error}); "
-            "check the module name and that it is on PYTHONPATH or in the current directory"
-        ) from None
-    try:
-        return getattr(module, attribute)
-    except AttributeError:
-        raise BadInput(f"{what} {spec!r}: module {module_name} has no attribute {attribute!r}") from None
-
-
-def load_policy(spec: str) -> JanitorPolicy:
-    if spec in POLICIES:
-        return POLICIES[spec]
-    if ":" not in spec:
-        raise BadInput(f"unknown policy {spec!r}: use one of {', '.join(POLICIES)} or MODULE:ATTR")
-    candidate = _load_attribute(spec, "policy")
-    if isinstance(candidate, type):
-        try:
-            candidate = candidate()
-        except Exception as error:
-            raise BadInput(f"policy {spec!r}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
-    problem = policy_problem(candidate)
-    if problem:
-        raise BadInput(f"policy {spec!r} is not a janitor policy: {problem}")
-    return candidate
-
-
-def load_destination(spec: str):
-    factory = _load_attribute(spec, "destination")
-    if not callable(factory):
-        raise BadInput(f"destination {spec!r} must be a class or function taking the policy's Guards")
-    return factory
+EXIT_PROVED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNDETERMINED, EXIT_DISAGREE = 0, 1, 2, 3, 4
 
 
 def _configs(args) -> tuple[ModelConfig, ...]:
@@ -117,9 +80,27 @@ def _configs(args) -> tuple[ModelConfig, ...]:
     return (config,)
 
 
-def _survey_one(arguments) -> ConfigResult:
+def _survey_one(arguments):
     policy, config, options = arguments
+    if config is None:  # the explorer's task: the whole row at EXPLORER_BOUND
+        from fence._explore import explore
+
+        return explore(
+            policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
+            ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
+        )
+    options = {name: value for name, value in options.items() if name != "explore"}
     return survey_config(policy, config, **options)
+
+
+def _picklable(tasks) -> bool:
+    import pickle
+
+    try:
+        pickle.dumps(tasks)
+    except Exception:
+        return False
+    return True
 
 
 def _wants_shortest(args) -> bool:
@@ -146,22 +127,32 @@ def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> 
         "explorer_shortest": _wants_shortest(args),
     }
     configs = _configs(args)
-    # One task per policy and configuration, so both cores stay busy to the end.
+    # The explorer proves at its bound; on a backend it cannot run (it copies worlds in memory).
+    explore_too = not getattr(args, "backend", None)
+    # One task per policy and configuration (and one per policy for the explorer),
+    # so both cores stay busy to the end.
     tasks = [(policy, config, options) for policy in policies for config in configs]
-    pending: dict[str, list[ConfigResult]] = {policy.name: [] for policy in policies}
+    if explore_too:
+        tasks = [(policy, None, options) for policy in policies] + tasks
+    expected_results = len(configs) + (1 if explore_too else 0)
+    pending: dict[str, list] = {policy.name: [] for policy in policies}
     by_name = {policy.name: policy for policy in policies}
     reports: dict[str, PolicyReport] = {}
 
-    def finished(policy: JanitorPolicy, result: ConfigResult) -> None:
+    def finished(policy: JanitorPolicy, result) -> None:
         pending[policy.name].append(result)
-        if len(pending[policy.name]) == len(configs):
-            report = combine(by_name[policy.name], pending[policy.name])
+        if len(pending[policy.name]) == expected_results:
+            surveys = [r for r in pending[policy.name] if isinstance(r, ConfigResult)]
+            report = combine(by_name[policy.name], surveys)
+            explored = [r for r in pending[policy.name] if not isinstance(r, ConfigResult)]
+            if explored:
+                report = with_explorer(report, explored[0], destination, ledger)
             reports[policy.name] = report
             _progress_line(sys.stderr, len(reports), len(policies), report)
 
-    # A user's destination factory may not pickle: judge it in this process. A
-    # backend's ModelStorage pickles into a storage of each worker's own.
-    if args.workers > 1 and len(tasks) > 1 and (destination is None or ledger is not None):
+    # A backend's ModelStorage pickles into a storage of each worker's own; a
+    # user's plug-ins pickle by reference (fence._plugins registers their module).
+    if args.workers > 1 and len(tasks) > 1 and _picklable(tasks):
         with ProcessPoolExecutor(max_workers=args.workers) as pool:
             for (policy, _config, _options), result in zip(tasks, pool.map(_survey_one, tasks)):
                 finished(policy, result)
@@ -172,10 +163,13 @@ def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> 
 
 
 def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
-    violated = sum(1 for c in report.cells.values() if c.verdict is Verdict.VIOLATED)
+    counts = Counter(c.verdict.value for c in report.cells.values())
+    said = ", ".join(f"{n} {word}" for word, n in counts.items())
+    explored = report.exploration
+    states = f", explorer {explored.states} states" if explored is not None else ""
     stream.write(
-        f"[{index}/{total}] {report.policy.name}: {violated} of {len(INVARIANTS)} invariants "
-        f"violated ({report.examples} Hypothesis examples, {report.seconds:.1f}s)\n"
+        f"[{index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
+        f"{report.seconds:.1f}s)\n"
     )
     stream.flush()
 
@@ -196,9 +190,16 @@ def table(reports: list[PolicyReport]) -> str:
     lines.append("")
     lines.extend(f"  {inv.number} = {inv.name}: {inv.statement}" for inv in INVARIANTS)
     lines.append(
-        "  violated(n): a counterexample of n chosen steps (Hypothesis found it; fence cut it down on the "
-        "same model; unless --no-shortest, the explorer searched for a shorter one: each counterexample "
-        "below says which)"
+        "  violated(n): a counterexample of n chosen steps (Hypothesis or the explorer found it; unless "
+        "--no-shortest, the explorer's shortest: each counterexample below says which)"
+    )
+    lines.append(
+        f"  proved: the explorer exhausted {EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, "
+        "reaching every danger, and Hypothesis found nothing at its configurations"
+    )
+    lines.append(
+        "  not-found: Hypothesis found nothing in its examples and reached every danger; nothing proved. "
+        "undetermined: not even that. disagree: the engines contradict each other (a fence bug)"
     )
     return "\n".join(lines)
 
@@ -218,6 +219,7 @@ def _as_json(reports: list[PolicyReport], differences=None) -> dict:
                 "dangers_reached": {
                     config.describe(): dict(counter) for config, counter in r.reached.items()
                 },
+                "engines": _engines_json(r),
                 "seconds": round(r.seconds, 3),
             }
             for r in reports
@@ -230,13 +232,38 @@ def _as_json(reports: list[PolicyReport], differences=None) -> dict:
     }
 
 
-def _report(reports: list[PolicyReport], args, differences) -> str:
+def _engines_json(report: PolicyReport) -> dict:
+    """Each engine's own word per cell, so that a reader (or a test) can see which backs the verdict."""
+    engines = {
+        "hypothesis": {
+            "verdicts": {name: v.value for name, v in (report.hypothesis_verdicts or {
+                n: c.verdict for n, c in report.cells.items()}).items()},
+            "examples": report.examples,
+        }
+    }
+    found = report.exploration
+    if found is not None:
+        engines["explorer"] = {
+            "bound": f"{found.config.describe()}, horizon {found.config.horizon}",
+            "verdicts": {name: item.outcome.value for name, item in found.results.items()},
+            "states": found.states,
+            "exhausted": found.exhausted,
+            "unfaithful": found.unfaithful,
+            "faithfulness_checks": found.faithfulness_checks,
+            "dangers_reached": {name: found.reached[name] for name in sorted(found.reached)},
+        }
+    return engines
+
+
+def _report(reports: list[PolicyReport], args, differences, specs: PlugInSpecs | None = None) -> str:
     """Write the counterexamples, print the table and the steps; return what was printed."""
     written: list[Path] = []
     out = Path(args.out)
     for report in reports:
-        for cell in report.cells.values():
+        for name, cell in report.cells.items():
             if cell.counterexample:
+                if specs is not None:  # so that fence replay loads the same plug-ins
+                    cell.counterexample = replace(cell.counterexample, plugins=specs)
                 written.extend(_counterexample.write(cell.counterexample, out))
     if args.json:
         text = json.dumps(_as_json(reports, differences), indent=2)
@@ -247,7 +274,7 @@ def _report(reports: list[PolicyReport], args, differences) -> str:
         for name, cell in report.cells.items():
             if cell.counterexample:
                 parts += ["", _counterexample.steps_text(cell.counterexample)]
-            elif cell.detail:
+            elif cell.detail and cell.verdict is not Verdict.PROVED:  # the legend says what proved means
                 parts.append(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
     if written:
         parts.append(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
@@ -272,7 +299,7 @@ def cmd_verdicts(args) -> int:
             storage.close()
     else:
         reports = _run(policies, args)
-    differences = compare(reports, expected)
+    differences = compare(reports, expected, hypothesis_only=bool(args.backend))
     printed = _report(reports, args, differences)
     lines = [
         f"DIFFERS: {d.policy} / {d.invariant}: expected {d.expected.value if d.expected else 'no expectation'}, "
@@ -297,15 +324,44 @@ def cmd_verdicts(args) -> int:
     return 0
 
 
-def cmd_check(args) -> int:
+def _plug_ins(args) -> tuple[JanitorPolicy, object, object, PlugInSpecs]:
+    """The policy, destination factory and ledger factory named on the command line, and their specs."""
     policy = load_policy(args.policy)
     destination = load_destination(args.destination) if args.destination else None
-    reports = _run([policy], args, destination)
-    _report(reports, args, [])
-    cells = reports[0].cells.values()
-    if any(c.verdict is Verdict.ERROR for c in cells):
-        return 1
-    return 0 if all(c.verdict is Verdict.HOLDS for c in cells) else 1
+    ledger = load_ledger(args.ledger) if args.ledger else None
+    specs = PlugInSpecs(
+        None if args.policy in POLICIES else absolute(args.policy), absolute(args.destination), absolute(args.ledger),
+    )
+    return policy, destination, ledger, specs
+
+
+def exit_status(verdicts) -> int:
+    """One exit status for check and explore (see the module docstring)."""
+    verdicts = set(verdicts)
+    if Verdict.DISAGREE in verdicts:
+        return EXIT_DISAGREE
+    if Verdict.ERROR in verdicts:
+        return EXIT_BAD_INPUT
+    if Verdict.VIOLATED in verdicts:
+        return EXIT_VIOLATED
+    if verdicts == {Verdict.PROVED}:
+        return EXIT_PROVED
+    return EXIT_UNDETERMINED
+
+
+def cmd_check(args) -> int:
+    policy, destination, ledger, specs = _plug_ins(args)
+    reports = _run([policy], args, destination, ledger)
+    _report(reports, args, [], specs)
+    cells = reports[0].cells
+    for name, cell in cells.items():
+        if cell.verdict is Verdict.ERROR:
+            print(f"fence: {reports[0].policy.name} / {name}: a plug-in raised: {cell.detail}", file=sys.stderr)
+            break
+    for name, cell in cells.items():
+        if cell.verdict is Verdict.DISAGREE:
+            print(f"fence: BUG IN FENCE: {name}: {cell.detail}; please report it with the counterexample", file=sys.stderr)
+    return exit_status(cell.verdict for cell in cells.values())
 
 
 def _positive(text: str) -> int:
@@ -357,17 +413,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verdicts.set_defaults(handler=cmd_verdicts)
 
-    check = sub.add_parser("check", help="run the machines on your policy: MODULE:ATTR")
+    check = sub.add_parser("check", help="both engines on your policy, destination and ledger")
     common(check)
-    check.add_argument("policy", help="MODULE:ATTR (or a built-in name)")
-    check.add_argument("--destination", help="MODULE:ATTR of your destination factory")
+    check.add_argument("policy", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
+    check.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory (called with the Guards)")
+    check.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory (called with the capacity)")
     check.set_defaults(handler=cmd_check)
 
     probe = sub.add_parser("probe-sdk", help="check the strands-agents behaviours fence relies on")
     probe.set_defaults(handler=_cmd_probe_sdk)
 
     explore = sub.add_parser("explore", help="walk every interleaving of one policy within bounds")
-    explore.add_argument("--policy", default="abandon-fenced", help="a built-in name or MODULE:ATTR")
+    explore.add_argument("--policy", default="abandon-fenced", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
+    explore.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory")
+    explore.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory")
     explore.add_argument("--capacity", type=_positive, default=1, help="units (default 1)")
     explore.add_argument("--jobs", type=_positive, help="jobs (default: --capacity)")
     explore.add_argument("--attempts", type=_positive, default=3, help="attempts per job (default 3)")
@@ -466,7 +525,7 @@ def cmd_explore(args) -> int:
     """Exit 0: every invariant proved; 1: one violated; 3: a budget ran out first."""
     from fence import _explore
 
-    policy = load_policy(args.policy)
+    policy, destination, ledger, specs = _plug_ins(args)
     horizon = args.horizon if args.horizon is not None else _explore.EXPLORER_HORIZON
     config = ModelConfig(
         capacity=args.capacity,
@@ -486,11 +545,14 @@ def cmd_explore(args) -> int:
         max_states=args.max_states,
         time_budget=args.time_budget,
         symmetry=args.symmetry,
+        destination_factory=destination,
+        ledger_factory=ledger,
     )
     out = Path(args.out)
     written = []
     for item in found.results.values():
         if item.counterexample:
+            item.counterexample = replace(item.counterexample, plugins=specs)
             written.extend(_counterexample.write(item.counterexample, out))
     if args.report:
         from fence import _evidence
@@ -508,8 +570,13 @@ def cmd_explore(args) -> int:
                 print(_counterexample.steps_text(item.counterexample))
         if written:
             print(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
+    if found.unfaithful:
+        print(f"fence: the explorer proves nothing for these plug-ins: {found.unfaithful}", file=sys.stderr)
     outcome = found.outcome()
-    return {_explore.Outcome.PROVED: 0, _explore.Outcome.VIOLATED: 1, _explore.Outcome.UNDETERMINED: 3}[outcome]
+    return {
+        _explore.Outcome.PROVED: EXIT_PROVED, _explore.Outcome.VIOLATED: EXIT_VIOLATED,
+        _explore.Outcome.UNDETERMINED: EXIT_UNDETERMINED,
+    }[outcome]
 
 
 def _non_negative_seconds(text: str) -> float:

@@ -91,6 +91,7 @@ def to_json(example: Counterexample) -> dict:
         "found_steps": example.found_steps,
         "hypothesis_steps": example.hypothesis_steps,
         "shortest_steps": example.shortest_steps,
+        **({"plugins": example.plugins.to_json()} if example.plugins is not None else {}),
         "steps": [
             {**step.action.to_dict(), "drain": step.drain, "sentence": step.sentence}
             for step in example.steps
@@ -112,8 +113,7 @@ def write(example: Counterexample, directory: Path) -> list[Path]:
     return list(paths)
 
 
-def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[JanitorPolicy, ModelConfig, str, list[Action], list[bool]]:
-    """Read a counterexample file; BadInput with one clear line if it is not one."""
+def _read(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -122,9 +122,48 @@ def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[Jan
         raise BadInput(f"{path}: not a fence counterexample (not readable JSON: {error})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BadInput(f"{path}: not a fence counterexample (expected \"format\": \"{FORMAT}\")")
+    return data
+
+
+def _plugin_specs(path: Path, data: dict) -> dict:
+    specs = data.get("plugins", {})
+    if not isinstance(specs, dict) or not set(specs) <= {"policy", "destination", "ledger"} or not all(
+        isinstance(v, str) for v in specs.values()
+    ):
+        raise BadInput(f"{path}: corrupt fence counterexample (\"plugins\" must map policy/destination/ledger to specs)")
+    return specs
+
+
+def load_plugins(path: Path) -> tuple:
+    """The destination and ledger factories a counterexample was found with (None: fence's own)."""
+    from fence._plugins import load_destination, load_ledger
+
+    specs = _plugin_specs(path, _read(path))
+    destination = load_destination(specs["destination"]) if "destination" in specs else None
+    ledger = load_ledger(specs["ledger"]) if "ledger" in specs else None
+    return destination, ledger
+
+
+def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[JanitorPolicy, ModelConfig, str, list[Action], list[bool]]:
+    """Read a counterexample file; BadInput with one clear line if it is not one.
+
+    A counterexample found with a user's plug-ins names their import specs
+    (``"plugins"``); the policy is loaded from its spec (see ``load_plugins`` for
+    the destination and ledger).
+    """
+    data = _read(path)
+    specs = _plugin_specs(path, data)
     try:
-        policy = policies[data["policy"]]
+        if "policy" in specs:
+            from fence._plugins import load_policy
+
+            policy = load_policy(specs["policy"])
+        else:
+            policy = policies[data["policy"]]
         config = ModelConfig(**data["config"])
+        problem = config.problem()
+        if problem:
+            raise ValueError(problem)
         invariant = data["invariant"]
         if invariant not in BY_NAME:
             raise KeyError(invariant)
@@ -143,7 +182,8 @@ def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[Jan
 def replay(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[World, str | None]:
     """Play a saved counterexample through a fresh World; returns it and the violation."""
     policy, config, invariant, actions, drains = load(path, policies)
-    world = World(policy, config)
+    destination, ledger = load_plugins(path)
+    world = World(policy, config, destination, ledger)
     inv = BY_NAME[invariant]
     chosen = [action for action, drain in zip(actions, drains) if not drain]
     try:

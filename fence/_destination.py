@@ -24,6 +24,8 @@ invariants are judged on, so it must report every write that really happened.
 
 from __future__ import annotations
 
+import copy
+
 import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -83,6 +85,17 @@ class Effect:
     payload: str
     sequence: int
     """Order in which effects landed (1, 2, ...), for reports."""
+
+    def __deepcopy__(self, memo):
+        # A frozen value of fence's own is its own copy (deep copies of worlds with a
+        # user's plug-ins are the explorer's slow path); a subclass may hold more.
+        if type(self) is Effect:
+            return self
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in vars(self).items():
+            object.__setattr__(clone, name, copy.deepcopy(value, memo))
+        return clone
 
 
 @runtime_checkable

@@ -110,6 +110,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -117,11 +118,12 @@ from typing import Callable
 
 from fence._destination import Destination, Guards, TicketService
 from fence._invariants import INVARIANTS, Invariant, required_dangers
-from fence._ledger import ReservationState
+from fence._ledger import Ledger, ReservationState
 from fence._minimise import replay_actions
-from fence._policies import JanitorPolicy
+from fence._policies import FENCE_POLICY_TYPES, Evidence, JanitorPolicy
 from fence._verdicts import Counterexample
 from fence._world import Action, MessageKind, ModelConfig, Phase, World, _destination_snapshot
+from fence._world import _snapshot as _ledger_snapshot
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
 # exhausted in seconds, long enough for a lease to expire twice and for a retry
@@ -163,6 +165,10 @@ class Exploration:
     reached: Counter = field(default_factory=Counter)
     """Per danger: how many transitions reached it."""
     drains_unsettled: int = 0
+    unfaithful: str | None = None
+    """Why the plug-ins could not be explored faithfully (nothing is proved then)."""
+    faithfulness_checks: int = 0
+    """How many times the generic path's copies and merges were tested against fresh replays."""
 
     @property
     def states_per_second(self) -> float:
@@ -193,6 +199,8 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     inside a snapshot it does not know. Enum values are read as ``_value_``:
     the ``value`` property costs more than the rest of the key.
     """
+    if not world.fast_copy_is_faithful():
+        return generic_state_key(world)
     now = world.now
     jobs = world.jobs
     parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in jobs}
@@ -267,9 +275,96 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
         (tuple(sorted(p[0])), tuple(p[1]), tuple(sorted(p[2])), tuple(sorted(p[3])), tuple(sorted(p[4])), p[5])
         for p in (parts[job] for job in jobs)
     ]
+    # The observer's present (mirror, effects seen, abandon answers) is a function
+    # of the ledger's and destination's state for fence's own parts, which the
+    # parts above hold; only what it decides by itself is added.
+    abandoned = tuple(sorted(world.observer.abandoned)) if world.observer.abandoned else ()
     if own_destination:
-        return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed))
-    return (now, tuple(keyed), _destination_snapshot(destination))
+        return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
+    return (now, tuple(keyed), _destination_snapshot(destination), abandoned)
+
+
+def generic_state_key(world: World) -> tuple:
+    """The key of a world with a user's ledger, destination or policy: slower, and no symmetry.
+
+    It keeps names as they are (fence cannot rename inside a plug-in's
+    snapshot), every janitor's answers by janitor, and the plug-ins' own
+    ``snapshot()``. A held answer is keyed by its value if it hashes as one,
+    else by the object itself (never merged with another). Whether a plug-in's
+    snapshot really holds all of its state is not trusted: ``FaithfulnessCheck``
+    tests it on the run.
+    """
+    observer = world.observer
+    # The same reductions as the fast key, for the parts fence owns: a finished
+    # or crashed attempt with no commit on its way is only its names; the answer
+    # counts once it arrived, the payload until the commit carrying it landed; an
+    # answer to an attempt no longer waiting for one is dropped on arrival.
+    commits_in_flight = {m.attempt for m in world.network if m.kind is MessageKind.COMMIT}
+    attempts = []
+    for a in world.attempts.values():
+        in_flight = a.handle in commits_in_flight
+        if a.phase in _DEAD and not in_flight:
+            attempts.append((a.handle, a.identity, a.reservation_id, "gone", a.phase is Phase.CRASHED and a.wrote))
+        else:
+            attempts.append((
+                a.handle, a.identity, a.reservation_id, a.phase.value,
+                a.ack.value if a.phase is Phase.ACKED else "",
+                a.payload if (a.phase in _UNSENT or in_flight) else "", a.wrote,
+            ))
+    network = tuple(sorted(
+        (m.kind.value, m.attempt, m.result.value if m.result else "")
+        for m in world.network
+        if not (m.kind is MessageKind.ACK and world.attempts[m.attempt].phase is not Phase.COMMIT_SENT)
+    ))
+    # fence's own Evidence is a value and janitors keep no state: its answers count
+    # per reservation, whichever janitor holds them (as in the fast key). Any other
+    # answer object is kept with its janitor.
+    held_values: list = []
+    held_by_janitor: list = []
+    for janitor, answers in enumerate(world.evidence):
+        for rid, found in answers.items():
+            if type(found) is Evidence:
+                held_values.append((rid, _evidence_token(found)))
+            else:
+                held_by_janitor.append((janitor, rid, _held_token(found)))
+    held = (tuple(sorted(held_values)), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
+    attempts = tuple(sorted(attempts))
+    mirror = tuple(sorted((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values()))
+    ledger = world.ledger
+    if type(ledger) is Ledger:
+        # fence's own ledger as the fast key reads it: a deadline only while it can expire.
+        ledger_part = tuple(sorted(
+            (r.reservation_id, r.owner, r.state._value_,
+             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
+            for r in ledger._reservations.values()
+        ))
+    else:
+        ledger_part = _ledger_snapshot(ledger)
+    policy_snapshot = getattr(world.policy, "snapshot", None)
+    return (
+        world.now, attempts, network, tuple(sorted(world.retry_queue)), tuple(sorted(world.follow_ups)), held,
+        mirror, tuple(sorted(observer.abandoned)), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
+        ledger_part, _destination_snapshot(world.destination),
+        policy_snapshot() if callable(policy_snapshot) else None,
+    )
+
+
+def _held_token(found) -> object:
+    """A user's answer object as a key part.
+
+    An object that prints its fields (a dataclass, say) is keyed by that text,
+    with memory addresses cut out: an answer that carries the destination it
+    came from then keys alike in every copy of the world, since each copy's
+    answer points at its own copy of the destination. Any other object is keyed
+    by itself: never merged with another answer (and kept alive by the key, so
+    its id is not reused). Merges are tested by ``FaithfulnessCheck`` either way.
+    """
+    if type(found).__repr__ is not object.__repr__:
+        return (type(found).__qualname__, _ADDRESS.sub("", repr(found)))
+    return ("object", id(found), found)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _evidence_token(evidence) -> tuple:
@@ -305,8 +400,16 @@ def explore(
     invariants: tuple[Invariant, ...] = INVARIANTS,
     destination_factory: Callable[[Guards], Destination] | None = None,
     stop_when_all_violated: bool = False,
+    ledger_factory: Callable[[int], Ledger] | None = None,
+    progress: Callable[[Exploration], None] | None = None,
 ) -> Exploration:
-    """Breadth-first over every enabled action; a verdict per invariant."""
+    """Breadth-first over every enabled action; a verdict per invariant.
+
+    With a user's ledger, destination or policy the walk takes the generic path
+    (deep copies, ``generic_state_key``, no symmetry) and ``FaithfulnessCheck``
+    tests on the run that the plug-ins can be explored that way; if they cannot,
+    the result says so (``unfaithful``) and proves nothing.
+    """
     started = time.perf_counter()
     result = Exploration(policy, config, max_depth, symmetry)
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
@@ -315,9 +418,13 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
-    root = World(policy, config, destination_factory)
+    root = World(_pristine(policy), config, destination_factory, ledger_factory)
     parents: list[tuple[int, Action] | None] = [None]
     visited = {state_key(root, symmetry): 0}
+    faithfulness = None
+    if not root.fast_copy_is_faithful():
+        symmetry = result.symmetry = False  # fence cannot rename jobs inside a plug-in's state
+        faithfulness = FaithfulnessCheck(policy, config, destination_factory, ledger_factory, parents)
 
     judge_drain = _DrainJudge(teardown_invariants)
 
@@ -335,6 +442,8 @@ def explore(
             result.transitions += 1
             for name in broken:
                 found[name] = (node, action)
+            if faithfulness is not None:
+                faithfulness.after_transition(node, action, child, visited.get(key))
             if key in visited:
                 continue
             child_node = len(parents)
@@ -358,13 +467,22 @@ def explore(
             if max_states is not None and len(parents) >= max_states:
                 out_of_budget = "max_states"
                 break
-            expand(node, world, following)
+            try:
+                expand(node, world, following)
+            except Unfaithful as problem:
+                result.unfaithful = str(problem)
+                out_of_budget = "unfaithful"
+                break
             if stop_when_all_violated and len(found) == len(invariants):
                 out_of_budget = out_of_budget or "all_violated"
                 break
         else:
             depth += 1
             frontier = following
+            if progress is not None:
+                result.depth, result.states = depth, len(parents)
+                result.seconds = time.perf_counter() - started
+                progress(result)
             continue
         break
     result.depth = depth
@@ -372,9 +490,134 @@ def explore(
     result.exhausted = out_of_budget is None and not frontier
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started
+    if faithfulness is not None:
+        result.faithfulness_checks = faithfulness.checks
 
-    _judge(result, invariants, found, parents, out_of_budget, destination_factory)
+    _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory)
     return result
+
+
+def _pristine(policy: JanitorPolicy) -> JanitorPolicy:
+    """The policy to start a world from (``World`` itself copies a user's policy)."""
+    return policy
+
+
+class Unfaithful(Exception):
+    """The explorer cannot stand behind a walk of these plug-ins (see ``FaithfulnessCheck``)."""
+
+
+class FaithfulnessCheck:
+    """Tests, on the run, that a user's plug-ins can be explored by copying and keying.
+
+    The generic path copies worlds with ``copy.deepcopy`` and merges states by
+    ``generic_state_key``, which trusts the plug-ins' ``snapshot()``. Neither is
+    taken on faith. For the first ``NEW_STATES`` transitions that reach a state
+    and the first ``MERGES`` that reach a state seen before, the path (and, for
+    a merge, the first path to that key as well) is replayed from scratch on
+    fresh plug-ins, and then the same actions are taken on both worlds for a few
+    steps: the sentences (which carry every answer) and the fingerprints must be
+    equal. A copy that lost state, a snapshot that leaves state out (two merged
+    states that answer differently later), or a plug-in that is not
+    deterministic is reported with the step where the worlds parted, and the
+    walk stops: ``Exploration.unfaithful`` says why, and no invariant is proved.
+    """
+
+    NEW_STATES = 200
+    MERGES = 400
+    STEPS = 8
+    WALKS = 2
+
+    def __init__(self, policy, config, destination_factory, ledger_factory, parents) -> None:
+        self.policy, self.config = policy, config
+        self.destination_factory, self.ledger_factory = destination_factory, ledger_factory
+        self.parents = parents
+        self.new_states = self.merges = 0
+        self.checks = 0
+
+    def after_transition(self, node: int, action: Action, child: World, seen_as: int | None) -> None:
+        if seen_as is None:
+            if self.new_states >= self.NEW_STATES:
+                return
+            self.new_states += 1
+            path = self._path_to(node) + [action]
+            self._compare(child, self._fresh(path), f"a copy of the world after {_describe(path)}")
+        else:
+            if self.merges >= self.MERGES:
+                return
+            self.merges += 1
+            path = self._path_to(node) + [action]
+            first = self._path_to(seen_as)
+            self._compare(
+                self._fresh(first), self._fresh(path),
+                f"two states with one key (after {_describe(first)} and after {_describe(path)})",
+            )
+
+    def _path_to(self, node: int) -> list[Action]:
+        actions: list[Action] = []
+        while self.parents[node] is not None:
+            node, action = self.parents[node]
+            actions.append(action)
+        return actions[::-1]
+
+    def _fresh(self, path: list[Action]) -> World:
+        world = World(_pristine(self.policy), self.config, self.destination_factory, self.ledger_factory)
+        for action in path:
+            world.apply(action)
+        return world
+
+    def _compare(self, one: World, other: World, what: str) -> None:
+        import random
+
+        self.checks += 1
+        chooser = random.Random(self.checks)
+        for walk in range(self.WALKS):
+            a, b = one.clone(history=False), other.clone(history=False)
+            for step in range(self.STEPS):
+                # Steps both worlds offer: the key deliberately merges states that
+                # differ only in steps that change nothing (an answer to a crashed
+                # worker), so one may offer such a step the other does not.
+                theirs = {repr(action) for action in b.enabled_actions()}
+                enabled = [action for action in a.enabled_actions() if repr(action) in theirs]
+                if not enabled:
+                    break
+                action = chooser.choice(enabled)
+                said_a, said_b = a.apply(action).sentence, b.apply(action).sentence
+                if said_a != said_b:
+                    raise Unfaithful(
+                        f"{what} answer differently to {action.to_dict()}: '{said_a}' vs '{said_b}'; "
+                        + _unfaithful_fix()
+                    )
+                if _comparable(generic_state_key(a)) != _comparable(generic_state_key(b)):
+                    raise Unfaithful(
+                        f"{what} part after the same {step + 1} step(s) (the last {action.to_dict()}); "
+                        + _unfaithful_fix()
+                    )
+
+
+def _comparable(key: tuple) -> tuple:
+    """A generic key with answers keyed by identity written as "object" only.
+
+    Such answers are keyed by identity, so no two worlds share one; what they
+    said is compared through the settle sentences instead.
+    """
+    held = key[5]
+    written = tuple((j, rid, token[0] if token[0] == "object" else token) for j, rid, token in held[1])
+    return key[:5] + ((held[0], written),) + key[6:]
+
+
+def _unfaithful_fix() -> str:
+    return (
+        "a plug-in keeps state that its snapshot() or a deep copy does not carry, or does not answer "
+        "the same calls alike: put every attribute that decides an answer in snapshot(), keep no state "
+        "in a policy, and do not read clocks or random numbers"
+    )
+
+
+def _describe(path: list[Action]) -> str:
+    if not path:
+        return "no step"
+    shown = ", ".join(f"{a.kind}({', '.join(str(v) for v in a.to_dict().values() if v not in (a.kind,))})" for a in path[-4:])
+    return f"{len(path)} step(s) ending {shown}" if len(path) > 4 else shown
 
 
 def _judge(
@@ -384,6 +627,7 @@ def _judge(
     parents: list[tuple[int, Action] | None],
     out_of_budget: str | None,
     destination_factory,
+    ledger_factory=None,
 ) -> None:
     """A verdict per invariant, with the path to each violation replayed as a counterexample."""
     policy, config = result.policy, result.config
@@ -402,7 +646,7 @@ def _judge(
             result.results[inv.name] = InvariantResult(
                 inv,
                 Outcome.VIOLATED,
-                _counterexample(policy, config, inv, actions, destination_factory),
+                _counterexample(policy, config, inv, actions, destination_factory, ledger_factory),
                 depth=len(actions),
             )
         elif out_of_budget is not None:
@@ -493,9 +737,9 @@ class _DrainJudge:
             if answer is not None:
                 break
             seen.append(key)
-            before = drained.fingerprint()
+            before, steps = drained.fingerprint(), len(drained.trace)
             drained._drain_round()
-            if drained.fingerprint() == before:
+            if drained.reached_fixed_point(before, steps):
                 settled = True
                 break
         if answer is None:
@@ -506,8 +750,8 @@ class _DrainJudge:
         return answer
 
 
-def _counterexample(policy, config, inv, actions, destination_factory) -> Counterexample:
-    replayed = replay_actions(policy, config, actions, inv, destination_factory)
+def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample:
+    replayed = replay_actions(_pristine(policy), config, actions, inv, destination_factory, ledger_factory)
     if replayed is None:  # the model is not deterministic (a destination with a mind of its own)
         raise AssertionError(f"the explorer's path for {inv.name} does not replay: {actions}")
     return Counterexample(
@@ -529,6 +773,7 @@ def shortest(
     max_states: int | None = 200_000,
     time_budget: float | None = None,
     destination_factory: Callable[[Guards], Destination] | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> Counterexample | None:
     """The shortest counterexample for one invariant, or None if none within the budget."""
     found = explore(
@@ -539,6 +784,7 @@ def shortest(
         time_budget=time_budget,
         invariants=(inv,),
         destination_factory=destination_factory,
+        ledger_factory=ledger_factory,
         stop_when_all_violated=True,
     )
     return found.results[inv.name].counterexample
@@ -563,6 +809,8 @@ def explore_with_workers(policy: JanitorPolicy, config: ModelConfig, *, workers:
     """
     if workers < 2 or options.get("max_states") is not None or options.get("stop_when_all_violated"):
         return explore(policy, config, **options)
+    if not World(policy, config, options.get("destination_factory"), options.get("ledger_factory")).fast_copy_is_faithful():
+        return explore(policy, config, **options)  # a user's plug-ins: the generic path, in one process
     import multiprocessing
     import pickle
 
@@ -800,6 +1048,8 @@ def report_text(found: Exploration) -> str:
     lines = [f"policy {found.policy.name}, bounds: {describe_bounds(found)}"]
     if found.exhausted:
         scope = "the state space under these bounds was exhausted"
+    elif found.unfaithful:
+        scope = f"stopped: the plug-ins cannot be explored faithfully: {found.unfaithful}"
     elif found.stopped_by:
         scope = f"the {found.stopped_by.replace('_', ' ')} ran out before the state space was exhausted"
     else:
@@ -849,5 +1099,7 @@ def to_json(found: Exploration) -> dict:
         "states_per_second": round(found.states_per_second),
         "exhausted": found.exhausted,
         "stopped_by": found.stopped_by,
+        "unfaithful": found.unfaithful,
+        "faithfulness_checks": found.faithfulness_checks,
         "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy)},
     }

@@ -35,13 +35,22 @@ class Invariant:
         return f"{self.number}. {self.name}"
 
 
-def _found(name: str) -> Callable[[World], str | None]:
-    """An invariant judged on what the observer recorded while the run went (see fence._observer)."""
+@dataclass(frozen=True)
+class _Found:
+    """An invariant judged on what the observer recorded while the run went (see fence._observer).
 
-    def check(world: World) -> str | None:
-        return world.observer.findings.first(name)
+    A class, not a closure, so that results carrying an invariant pickle to and
+    from worker processes.
+    """
 
-    return check
+    name: str
+
+    def __call__(self, world: World) -> str | None:
+        return world.observer.findings.first(self.name)
+
+
+def _found(name: str) -> _Found:
+    return _Found(name)
 
 
 def _no_early_release(world: World) -> str | None:

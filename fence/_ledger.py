@@ -31,6 +31,8 @@ Rules of this module:
 
 from __future__ import annotations
 
+import copy
+
 import enum
 from dataclasses import dataclass, replace
 
@@ -103,6 +105,17 @@ class Reservation:
 
     def expired(self, now: float) -> bool:
         return now >= self.deadline
+
+    def __deepcopy__(self, memo):
+        # A frozen value of fence's own is its own copy (deep copies of worlds with a
+        # user's plug-ins are the explorer's slow path); a subclass may hold more.
+        if type(self) is Reservation:
+            return self
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in vars(self).items():
+            object.__setattr__(clone, name, copy.deepcopy(value, memo))
+        return clone
 
 
 def transitions_mermaid() -> str:

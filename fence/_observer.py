@@ -109,6 +109,11 @@ class Observer:
             other.reached = Counter()
         return other
 
+    def forget_findings(self) -> None:
+        """Keep the present, drop what was found and reached so far (see ``copy(findings=False)``)."""
+        self.findings = Findings()
+        self.reached = Counter()
+
     # -- reading ---------------------------------------------------------------------
     @property
     def held(self) -> int:

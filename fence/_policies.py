@@ -20,6 +20,8 @@ same attributes and methods) and run ``fence check yourmodule:YourPolicy``.
 
 from __future__ import annotations
 
+import copy
+
 import enum
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
@@ -58,6 +60,17 @@ class Evidence:
         elif self.attempt_asked:
             parts.append("attempt unknown to the destination")
         return ", ".join(parts) or "nothing asked"
+
+    def __deepcopy__(self, memo):
+        # A frozen value of fence's own is its own copy (deep copies of worlds with a
+        # user's plug-ins are the explorer's slow path); a subclass may hold more.
+        if type(self) is Evidence:
+            return self
+        clone = object.__new__(type(self))
+        memo[id(self)] = clone
+        for name, value in vars(self).items():
+            object.__setattr__(clone, name, copy.deepcopy(value, memo))
+        return clone
 
 
 @runtime_checkable

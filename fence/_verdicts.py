@@ -47,10 +47,28 @@ DEFAULT_CONFIGS: tuple[ModelConfig, ...] = (
 
 
 class Verdict(enum.Enum):
+    """What a cell says, and nothing stronger than what backs it."""
+
     VIOLATED = "violated"
-    HOLDS = "holds"
+    """A counterexample was found; it replays (from either engine)."""
+    PROVED = "proved"
+    """The explorer exhausted its bound and nothing broke (and every danger was reached);
+    Hypothesis found nothing at its larger configurations either."""
+    NOT_FOUND = "not-found"
+    """Hypothesis found no counterexample in N examples and reached every danger; nothing is proved."""
     UNDETERMINED = "undetermined"
+    """Nothing found, and not every danger was reached (or a budget ran out): no evidence either way."""
+    DISAGREE = "disagree"
+    """The explorer proved what Hypothesis broke within the explorer's bound: a bug in fence."""
     ERROR = "error"
+    """The policy, destination or ledger raised; see the detail."""
+
+
+EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
+"""The bound every check proves within: 1 unit x 1 job x 3 attempts, lease 2, horizon 3
+(seconds per built-in policy; its state space is exhausted for each)."""
+EXPLORER_CHECK_BUDGET = 300.0
+"""Seconds the explorer may take at that bound for a user's plug-ins before it says undetermined."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +84,8 @@ class Counterexample:
     """Chosen steps after Hypothesis' own shrink, when that was asked for."""
     shortest_steps: int | None = None
     """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
+    plugins: object = None
+    """The import specs of a user's policy, destination and ledger (fence._plugins.PlugInSpecs)."""
 
     @property
     def rule_steps(self) -> int:
@@ -90,6 +110,10 @@ class PolicyReport:
     first_found_at_example: dict[str, int] = field(default_factory=dict)
     """Per violated invariant: how many examples the first config that broke it took."""
     seconds: float = 0.0
+    exploration: object = None
+    """The explorer's run at EXPLORER_BOUND, once ``with_explorer`` added it."""
+    hypothesis_verdicts: dict[str, Verdict] = field(default_factory=dict)
+    """Hypothesis' own word per cell, before the explorer's was added."""
 
     def row(self) -> dict[str, Verdict]:
         return {name: cell.verdict for name, cell in self.cells.items()}
@@ -223,25 +247,104 @@ def combine(policy: JanitorPolicy, results: Iterable[ConfigResult]) -> PolicyRep
         for danger in required_dangers(policy)
         if any(reached[danger.name] == 0 for reached in report.reached.values())
     ]
+    searched = f"not found in {report.examples} Hypothesis examples at " + "; ".join(
+        r.config.describe() for r in results
+    )
     for inv in INVARIANTS:
         if inv.name in report.cells:
             continue
         if missing:
-            report.cells[inv.name] = Cell(Verdict.UNDETERMINED, detail="never reached: " + ", ".join(missing))
+            report.cells[inv.name] = Cell(Verdict.UNDETERMINED, detail=f"{searched}; never reached: " + ", ".join(missing))
         else:
-            report.cells[inv.name] = Cell(Verdict.HOLDS)
+            report.cells[inv.name] = Cell(Verdict.NOT_FOUND, detail=searched)
     report.cells = {inv.name: report.cells[inv.name] for inv in INVARIANTS}
     return report
+
+
+def with_explorer(report: PolicyReport, found, destination_factory=None, ledger_factory=None) -> PolicyReport:
+    """Both engines' word on each cell, never stronger than the evidence (see ``Verdict``).
+
+    ``found`` is the explorer's ``Exploration`` at ``EXPLORER_BOUND``. A cell the
+    explorer proved while Hypothesis broke it is a disagreement only if
+    Hypothesis' counterexample replays within the explorer's bound (then the
+    explorer missed a reachable state: a fence bug, reported as such); a
+    counterexample that needs more units, jobs, attempts or time is beyond it.
+    """
+    from fence._explore import Outcome
+
+    report.exploration = found
+    report.hypothesis_verdicts = {name: cell.verdict for name, cell in report.cells.items()}
+    bound = f"within {found.config.describe()}, horizon {found.config.horizon}"
+    missing = found.missing_dangers()
+    for inv in INVARIANTS:
+        cell = report.cells[inv.name]
+        if cell.verdict is Verdict.ERROR:
+            continue
+        explored = found.results[inv.name]
+        if explored.outcome is Outcome.VIOLATED:
+            if cell.verdict is not Verdict.VIOLATED:
+                report.cells[inv.name] = Cell(
+                    Verdict.VIOLATED, explored.counterexample,
+                    f"{explored.counterexample.message} (the explorer's shortest; Hypothesis: {cell.detail or 'none'})",
+                )
+            continue
+        if explored.outcome is Outcome.PROVED:
+            if cell.verdict is Verdict.VIOLATED:
+                if _replays_within(cell.counterexample, found.config, inv, report.policy, destination_factory, ledger_factory):
+                    report.cells[inv.name] = Cell(
+                        Verdict.DISAGREE, cell.counterexample,
+                        f"fence bug: the explorer proved this {bound}, but this counterexample replays there",
+                    )
+                else:
+                    cell.detail = f"{cell.detail} (beyond the explorer's bound, where it is proved)"
+                continue
+            if missing:
+                cell.detail = f"{cell.detail}; the explorer's proof {bound} never reached: {', '.join(missing)}"
+                continue
+            report.cells[inv.name] = Cell(Verdict.PROVED, detail=f"proved {bound}; {cell.detail}")
+            continue
+        reason = found.unfaithful or f"the {found.stopped_by or 'budget'} ran out"
+        cell.detail = f"{cell.detail}; the explorer proved nothing: {reason}"
+    return report
+
+
+def _replays_within(example, config, inv, policy, destination_factory, ledger_factory) -> bool:
+    from fence._minimise import replay_actions
+
+    if example is None or example.config.capacity != config.capacity or example.config.jobs != config.jobs:
+        return False
+    try:
+        replayed = replay_actions(policy, config, _chosen_actions(example.steps), inv, destination_factory, ledger_factory)
+    except Exception:
+        return False
+    return replayed is not None
 
 
 def judge(
     policy: JanitorPolicy,
     *,
     configs: Iterable[ModelConfig] = DEFAULT_CONFIGS,
+    explore: bool | None = None,
     **options,
 ) -> PolicyReport:
-    """Every configuration of one policy, one after the other, in this process."""
-    return combine(policy, [survey_config(policy, config, **options) for config in configs])
+    """Both engines on one policy, one after the other, in this process.
+
+    Hypothesis at every configuration, then the explorer at ``EXPLORER_BOUND``
+    (``with_explorer``). The explorer copies worlds in memory, so on a backend
+    (a ``ledger_factory`` from fence.backends) only Hypothesis runs unless
+    ``explore`` says otherwise.
+    """
+    report = combine(policy, [survey_config(policy, config, **options) for config in configs])
+    if explore is None:
+        explore = options.get("ledger_factory") is None
+    if explore:
+        from fence._explore import explore as walk
+
+        destination, ledger = options.get("destination_factory"), options.get("ledger_factory")
+        found = walk(policy, EXPLORER_BOUND, destination_factory=destination, ledger_factory=ledger,
+                     time_budget=EXPLORER_CHECK_BUDGET)
+        report = with_explorer(report, found, destination, ledger)
+    return report
 
 
 EXPLORER_BUDGET_SECONDS = 20.0
@@ -353,7 +456,7 @@ def parse_expected(text: str, source: str = "expected verdicts") -> dict[str, di
             }
         except ValueError:
             raise BadInput(
-                f"{source}:{line_number}: verdicts are 'violated' or 'holds', got {values}"
+                f"{source}:{line_number}: verdicts are 'violated' or 'proved' ('holds' is now 'proved'), got {values}"
             ) from None
     if columns is None:
         raise BadInput(f"{source}: no header row found")
@@ -376,12 +479,21 @@ class Difference:
     observed: Verdict
 
 
-def compare(reports: list[PolicyReport], expected: dict[str, dict[str, Verdict]]) -> list[Difference]:
+def compare(
+    reports: list[PolicyReport], expected: dict[str, dict[str, Verdict]], hypothesis_only: bool = False
+) -> list[Difference]:
+    """The cells that differ from the expected matrix.
+
+    With ``hypothesis_only`` (a run on a backend, where the explorer cannot
+    go), an expected "proved" is met by "not-found": the most a search can say.
+    """
     differences = []
     for report in reports:
         row = expected.get(report.policy.name, {})
         for name, cell in report.cells.items():
             want = row.get(name)
+            if hypothesis_only and want is Verdict.PROVED and cell.verdict is Verdict.NOT_FOUND:
+                continue
             if want is not cell.verdict:
                 differences.append(Difference(report.policy.name, name, want, cell.verdict))
     return differences

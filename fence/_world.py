@@ -24,6 +24,7 @@ the danger was really visited.
 
 from __future__ import annotations
 
+import copy
 import enum
 from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -36,7 +37,7 @@ from fence._destination import (
     Guards,
     TicketService,
 )
-from fence._errors import FenceError, IllegalMove, StaleAttempt
+from fence._errors import CapacityExhausted, FenceError, IllegalMove, StaleAttempt
 from fence._janitor import SETTLE_MOVES, Janitor
 from fence._ledger import Ledger, Move, ReservationState
 from fence._observer import ObservedDestination, Observer
@@ -267,7 +268,8 @@ class World:
         destination_factory: Callable[[Guards], Destination] | None = None,
         ledger_factory: Callable[[int], Ledger] | None = None,
     ) -> None:
-        self.policy = policy
+        # A user's policy is copied: whatever it keeps, no run sees another run's.
+        self.policy = policy if type(policy) in FENCE_POLICY_TYPES else copy.deepcopy(policy)
         self.config = config
         make = destination_factory or TicketService
         self.destination: Destination = make(policy.guards)
@@ -414,11 +416,19 @@ class World:
         self.trace.append(step)
         return step
 
-    def _new_attempt(self, job: str, revised: bool = False) -> Attempt:
+    def _new_attempt(self, job: str, revised: bool = False) -> Attempt | FenceError:
+        """A new attempt at ``job`` under a fresh reservation, or the ledger's refusal.
+
+        The world offers a reserve only when fence's count says a unit is free; a
+        user's ledger may still refuse, and a refusal is an answer, not a crash.
+        """
         number = self.attempts_used[job] + 1
         handle = f"{job}#{number}"
         identity = job if self.policy.shared_identity else handle
-        reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
+        try:
+            reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
+        except (CapacityExhausted, IllegalMove) as refusal:
+            return refusal
         self.observer.reserved(reservation.reservation_id, job, handle, deadline=self.now + self.config.lease)
         self.attempts_used[job] = number
         payload = f"ticket for {job}" + (f" (revision {number})" if revised else "")
@@ -429,7 +439,9 @@ class World:
 
     def _do_reserve(self, action: Reserve):
         attempt = self._new_attempt(action.job)
-        deadline = self.ledger.get(attempt.reservation_id).deadline
+        if isinstance(attempt, FenceError):
+            return f"a worker asks for a unit for {action.job}; the ledger refuses: {attempt}", "worker", "ledger"
+        deadline = self.observer.reservations[attempt.reservation_id].deadline
         return (
             f"a worker reserves a unit for {action.job} as attempt {attempt.handle} "
             f"(lease until t={deadline})",
@@ -440,10 +452,12 @@ class World:
     def _do_retry(self, action: Retry):
         self.retry_queue.remove(action.job)
         attempt = self._new_attempt(action.job, action.revised)
+        if isinstance(attempt, FenceError):
+            return f"{action.job} is retried, but the ledger refuses a unit: {attempt}", "worker", "ledger"
         self.observer.reach("retry_after_release")
         if action.revised:
             self.observer.reach("revised_retry")
-        deadline = self.ledger.get(attempt.reservation_id).deadline
+        deadline = self.observer.reservations[attempt.reservation_id].deadline
         revised = f" with a revised payload '{attempt.payload}'" if action.revised else ""
         return (
             f"{action.job} is retried{revised}: a worker reserves a unit as attempt {attempt.handle} "
@@ -757,13 +771,23 @@ class World:
         counts, while keeping the observer's present state: the explorer judges
         each transition on what that transition alone adds.
         """
-        if not self.fast_copy_is_faithful():
+        if type(self.policy) not in FENCE_POLICY_TYPES:
+            # A user's policy may hand out answers that point at the destination:
+            # everything is copied in one deepcopy, so such references stay inside the copy.
             return self._deep_clone(history)
         other = World.__new__(World)
         other.policy = self.policy
         other.config = self.config
-        other.destination = self.destination.clone()
-        other.ledger = self.ledger.copy()  # the ledger owns what a copy of it needs
+        # fence's own parts copy themselves; a user's are deep-copied (never their own clone(),
+        # which a subclass may inherit and which then copies only what the base class knows).
+        if type(self.destination) is TicketService:
+            other.destination = self.destination.clone()
+        else:
+            other.destination = copy.deepcopy(self.destination)
+        if type(self.ledger) is Ledger:
+            other.ledger = self.ledger.copy()
+        else:
+            other.ledger = copy.deepcopy(self.ledger)
         other.observer = self.observer.copy(findings=history)
         other._make_janitors()
         other.now = self.now
@@ -781,8 +805,6 @@ class World:
         return other
 
     def _deep_clone(self, history: bool) -> World:
-        import copy
-
         trace, cache = self.trace, self._enabled_cache
         self.trace, self._enabled_cache = [], None  # the trace is history; the cache is rebuilt
         try:
@@ -792,8 +814,8 @@ class World:
         if history:
             other.trace = list(trace)
         else:
-            other.observer = other.observer.copy(findings=False)
-            other._make_janitors()
+            # In place: answers the policy handed out may hold the copied observer's proxy.
+            other.observer.forget_findings()
         return other
 
     def fingerprint(self) -> tuple:

@@ -106,7 +106,7 @@ def test_a_flipped_expectation_is_reported_as_a_difference():
     """Changing one committed verdict makes the comparison fail on exactly that cell."""
     text = EXPECTED_FILE.read_text()
     flipped = text.replace(
-        "abandon-fenced          holds     holds", "abandon-fenced          violated  holds", 1
+        "abandon-fenced          proved    proved", "abandon-fenced          violated  proved", 1
     )
     assert flipped != text
     expected = parse_expected(flipped)

@@ -1,0 +1,136 @@
+"""Loading a user's plug-ins from ``MODULE:ATTR`` or ``FILE.py:ATTR``, and saying what they are.
+
+The three plug-in protocols (see the README's "Bring your own"):
+
+* a janitor policy (``fence.JanitorPolicy``; subclass ``fence.Policy``),
+* a destination factory: called with the policy's ``Guards``, returns a
+  ``fence.Destination``,
+* a ledger factory: called with the capacity, returns a ledger with
+  ``fence.Ledger``'s methods (reserve, get, reservations, expired, current,
+  apply, owner_move, free, snapshot).
+
+A module loaded from a file is registered in ``sys.modules`` under a name made
+from its path, so that its classes pickle by reference: worker processes
+(forked) find it there, and a counterexample names the spec it was found with so
+that ``fence replay`` can load the same plug-ins again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from fence._errors import BadInput
+from fence._policies import POLICIES, JanitorPolicy, policy_problem
+
+LEDGER_METHODS = ("reserve", "get", "reservations", "expired", "current", "apply", "owner_move")
+DESTINATION_METHODS = ("register", "commit", "lookup", "attempt_state", "abandon_unless_committed", "effects")
+
+
+@dataclass(frozen=True)
+class PlugInSpecs:
+    """The import specs a run was made with (None: fence's own), recorded with its counterexamples."""
+
+    policy: str | None = None
+    destination: str | None = None
+    ledger: str | None = None
+
+    def to_json(self) -> dict:
+        return {name: value for name, value in vars(self).items() if value is not None}
+
+
+def absolute(spec: str | None) -> str | None:
+    """A ``FILE.py:ATTR`` spec with the file's absolute path, so it loads from anywhere."""
+    if spec is None or ":" not in spec:
+        return spec
+    module, _, attribute = spec.rpartition(":")
+    if module.endswith(".py"):
+        return f"{Path(module).resolve()}:{attribute}"
+    return spec
+
+
+def _module_from_file(path: Path, what: str, spec: str):
+    if not path.is_file():
+        raise BadInput(f"{what} {spec!r}: no file {path}")
+    resolved = path.resolve()
+    name = f"fence_plugin_{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, resolved)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # before running it: its dataclasses look themselves up there
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_attribute(spec: str, what: str):
+    module_name, _, attribute = spec.rpartition(":")
+    if not module_name or not attribute:
+        raise BadInput(f"{what} {spec!r}: write it as MODULE:ATTR or FILE.py:ATTR, e.g. mypkg.policies:MyPolicy")
+    try:
+        if module_name.endswith(".py"):
+            module = _module_from_file(Path(module_name), what, spec)
+        else:
+            if "" not in sys.path:
+                sys.path.insert(0, "")  # let a module in the current directory import
+            module = importlib.import_module(module_name)
+    except BadInput:
+        raise
+    except Exception as error:  # any import failure is the user's to fix, not a crash
+        raise BadInput(
+            f"{what} {spec!r}: importing {module_name} failed ({type(error).__name__}: {error}); "
+            "check the module name and that it is on PYTHONPATH or in the current directory"
+        ) from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise BadInput(f"{what} {spec!r}: module {module_name} has no attribute {attribute!r}") from None
+
+
+def load_policy(spec: str) -> JanitorPolicy:
+    if spec in POLICIES:
+        return POLICIES[spec]
+    if ":" not in spec:
+        raise BadInput(f"unknown policy {spec!r}: use one of {', '.join(POLICIES)}, MODULE:ATTR or FILE.py:ATTR")
+    candidate = load_attribute(spec, "policy")
+    if isinstance(candidate, type):
+        try:
+            candidate = candidate()
+        except Exception as error:
+            raise BadInput(f"policy {spec!r}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
+    problem = policy_problem(candidate)
+    if problem:
+        raise BadInput(f"policy {spec!r} is not a janitor policy: {problem}")
+    return candidate
+
+
+def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], sample):
+    factory = load_attribute(spec, what)
+    if not callable(factory):
+        raise BadInput(f"{what} {spec!r} must be a class or function taking {argument}")
+    try:
+        made = factory(sample)
+    except Exception as error:
+        raise BadInput(f"{what} {spec!r}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
+    missing = [name for name in methods if not callable(getattr(made, name, None))]
+    if missing:
+        raise BadInput(f"{what} {spec!r} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
+    return factory
+
+
+def load_destination(spec: str):
+    from fence._destination import Guards
+
+    return _factory(spec, "destination", "the policy's Guards", DESTINATION_METHODS, Guards())
+
+
+def load_ledger(spec: str):
+    return _factory(spec, "ledger", "the capacity (an int)", LEDGER_METHODS, 1)
