@@ -521,6 +521,15 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _level_line(found) -> None:
+    """One line per breadth-first level, as TLC prints: depth, states, rate, what is queued."""
+    print(
+        f"depth {found.depth}: {found.states:,} distinct states, {found.states_per_second:,.0f} states/s, "
+        f"{found.queued:,} queued ({found.seconds:.1f}s)",
+        file=sys.stderr, flush=True,
+    )
+
+
 def cmd_explore(args) -> int:
     """Exit 0: every invariant proved; 1: one violated; 3: a budget ran out first."""
     from fence import _explore
@@ -547,6 +556,7 @@ def cmd_explore(args) -> int:
         symmetry=args.symmetry,
         destination_factory=destination,
         ledger_factory=ledger,
+        progress=None if args.json else _level_line,
     )
     out = Path(args.out)
     written = []

@@ -109,7 +109,6 @@ Verdicts
 from __future__ import annotations
 
 import enum
-import itertools
 import re
 import time
 from collections import Counter
@@ -118,9 +117,9 @@ from typing import Callable
 
 from fence._destination import Destination, Guards, TicketService
 from fence._invariants import INVARIANTS, Invariant, required_dangers
-from fence._ledger import Ledger, ReservationState
+from fence._ledger import Ledger, Move, ReservationState
 from fence._minimise import replay_actions
-from fence._policies import FENCE_POLICY_TYPES, Evidence, JanitorPolicy
+from fence._policies import Evidence, JanitorPolicy
 from fence._verdicts import Counterexample
 from fence._world import Action, MessageKind, ModelConfig, Phase, World, _destination_snapshot
 from fence._world import _snapshot as _ledger_snapshot
@@ -167,6 +166,8 @@ class Exploration:
     drains_unsettled: int = 0
     unfaithful: str | None = None
     """Why the plug-ins could not be explored faithfully (nothing is proved then)."""
+    queued: int = 0
+    """States found but not yet expanded, at the last progress report."""
     faithfulness_checks: int = 0
     """How many times the generic path's copies and merges were tested against fresh replays."""
 
@@ -178,12 +179,16 @@ class Exploration:
         return [d.name for d in required_dangers(self.policy) if self.reached[d.name] == 0]
 
     def outcome(self) -> Outcome:
-        """The policy's overall outcome: violated beats undetermined beats proved."""
+        """The policy's overall outcome: violated beats undetermined beats proved.
+
+        A walk that never reached a danger the policy must face proves nothing
+        about it: undetermined, however exhausted the space was.
+        """
         outcomes = {r.outcome for r in self.results.values()}
         for worst in (Outcome.VIOLATED, Outcome.UNDETERMINED):
             if worst in outcomes:
                 return worst
-        return Outcome.PROVED
+        return Outcome.UNDETERMINED if self.missing_dangers() else Outcome.PROVED
 
 
 # -- the state key --------------------------------------------------------------------
@@ -418,7 +423,7 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
-    root = World(_pristine(policy), config, destination_factory, ledger_factory)
+    root = World(policy, config, destination_factory, ledger_factory)
     parents: list[tuple[int, Action] | None] = [None]
     visited = {state_key(root, symmetry): 0}
     faithfulness = None
@@ -480,7 +485,7 @@ def explore(
             depth += 1
             frontier = following
             if progress is not None:
-                result.depth, result.states = depth, len(parents)
+                result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                 result.seconds = time.perf_counter() - started
                 progress(result)
             continue
@@ -495,11 +500,6 @@ def explore(
 
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory)
     return result
-
-
-def _pristine(policy: JanitorPolicy) -> JanitorPolicy:
-    """The policy to start a world from (``World`` itself copies a user's policy)."""
-    return policy
 
 
 class Unfaithful(Exception):
@@ -560,7 +560,7 @@ class FaithfulnessCheck:
         return actions[::-1]
 
     def _fresh(self, path: list[Action]) -> World:
-        world = World(_pristine(self.policy), self.config, self.destination_factory, self.ledger_factory)
+        world = World(self.policy, self.config, self.destination_factory, self.ledger_factory)
         for action in path:
             world.apply(action)
         return world
@@ -570,6 +570,7 @@ class FaithfulnessCheck:
 
         self.checks += 1
         chooser = random.Random(self.checks)
+        _same_answers(one, other, what)
         for walk in range(self.WALKS):
             a, b = one.clone(history=False), other.clone(history=False)
             for step in range(self.STEPS):
@@ -592,6 +593,65 @@ class FaithfulnessCheck:
                         f"{what} part after the same {step + 1} step(s) (the last {action.to_dict()}); "
                         + _unfaithful_fix()
                     )
+            _same_answers(a, b, f"{what}, after the same steps,")
+
+
+def _plugin_answers(world: World) -> list[tuple]:
+    """What the plug-ins answer, on copies, to every call of their protocols fence can make here.
+
+    Reads are asked three times over (a read that counts its callers shows it);
+    each write is made on a fresh copy, so the answers do not depend on each other.
+    """
+    import copy
+
+    destination, ledger = world.destination, world.ledger
+    identities = sorted({a.identity for a in world.attempts.values()})
+    keys = list(world.jobs)
+    answers: list[tuple] = []
+    asked = copy.deepcopy(destination)
+    for round_ in range(3):
+        answers += [("lookup", key, asked.lookup(key)) for key in keys]
+        answers += [("attempt_state", i, _said(asked.attempt_state(i))) for i in identities]
+    for attempt in sorted(world.attempts.values(), key=lambda a: a.handle):
+        for call, arguments in (
+            ("register", (attempt.identity, attempt.key)),
+            # Payloads of the battery's own: the key forgets an attempt's payload once it cannot matter.
+            ("commit", (attempt.identity, attempt.key, f"ticket for {attempt.key}")),
+            ("commit", (attempt.identity, attempt.key, "a revised ticket")),
+            ("abandon_unless_committed", (attempt.identity,)),
+        ):
+            fresh = copy.deepcopy(destination)
+            try:
+                said = _said(getattr(fresh, call)(*arguments))
+            except Exception as error:  # a refusal by exception is an answer too
+                said = type(error).__name__
+            answers.append((call, arguments, said, len(fresh.effects())))
+    read = copy.deepcopy(ledger)
+    answers.append(("free", read.free))
+    answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in read.reservations()]
+    answers.append(("expired", tuple(r.reservation_id for r in read.expired(world.now))))
+    for reservation in read.reservations():
+        for move in Move:
+            fresh = copy.deepcopy(ledger)
+            try:
+                said = fresh.apply(reservation.reservation_id, move).state.value
+            except Exception as error:
+                said = type(error).__name__
+            answers.append(("apply", reservation.reservation_id, move.value, said))
+    return answers
+
+
+def _said(answer) -> object:
+    return answer.value if isinstance(answer, enum.Enum) else answer
+
+
+def _same_answers(one: World, other: World, what: str) -> None:
+    mine, theirs = _plugin_answers(one), _plugin_answers(other)
+    if mine != theirs:
+        first = next(
+            (f"{a} vs {b}" for a, b in zip(mine, theirs) if a != b), f"{len(mine)} answers vs {len(theirs)}"
+        )
+        raise Unfaithful(f"{what} answer the same call differently ({first}); " + _unfaithful_fix())
 
 
 def _comparable(key: tuple) -> tuple:
@@ -751,7 +811,7 @@ class _DrainJudge:
 
 
 def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample:
-    replayed = replay_actions(_pristine(policy), config, actions, inv, destination_factory, ledger_factory)
+    replayed = replay_actions(policy, config, actions, inv, destination_factory, ledger_factory)
     if replayed is None:  # the model is not deterministic (a destination with a mind of its own)
         raise AssertionError(f"the explorer's path for {inv.name} does not replay: {actions}")
     return Counterexample(
@@ -835,6 +895,8 @@ def _explore_on_workers(
     symmetry: bool = False,
     invariants: tuple[Invariant, ...] = INVARIANTS,
     destination_factory: Callable[[Guards], Destination] | None = None,
+    ledger_factory: Callable[[int], Ledger] | None = None,
+    progress: Callable[[Exploration], None] | None = None,
 ) -> Exploration:
     started = time.perf_counter()
     deadline = time.monotonic() + time_budget if time_budget is not None else None
@@ -907,6 +969,10 @@ def _explore_on_workers(
             run_round(expand=True)
             if out_of_budget is None:
                 depth += 1
+                if progress is not None:
+                    result.depth, result.states, result.queued = depth, len(parents), sum(map(len, owned))
+                    result.seconds = time.perf_counter() - started
+                    progress(result)
     finally:
         for pipe in pipes:
             try:
@@ -933,7 +999,6 @@ def _balance(owned, movable, pipes) -> None:
     is moved, pickled by its maker and handed over whole (about 85 us a world,
     against ~1 ms to expand it), and only as many as even the load out.
     """
-    import pickle
 
     share = sum(map(len, owned)) // len(owned)
     moves: dict[int, list[tuple[int, tuple]]] = {}
@@ -1058,8 +1123,11 @@ def report_text(found: Exploration) -> str:
         f"{found.states} distinct states, {found.transitions} transitions, depth {found.depth}, "
         f"{found.seconds:.1f}s, {found.states_per_second:.0f} states/s; {scope}"
     )
+    vacuous = " (but see NOT REACHED below)" if found.missing_dangers() else ""
     for name, item in found.results.items():
         text = f"  {item.invariant.label}: {item.outcome.value.upper()}"
+        if item.outcome is Outcome.PROVED:
+            text += vacuous
         if item.depth is not None:
             text += f" (shortest counterexample: {item.depth} chosen steps)"
         lines.append(text)

@@ -1,7 +1,9 @@
 """The named invariants the models judge every policy on, and the "sometimes" checks.
 
-Each invariant is a pure function of a ``World`` that returns ``None`` when it
-holds and a sentence saying what broke when it does not. It reads only what
+Each invariant is a pure function of a run (a ``World``, or any engine's run
+with the same three readings: ``observer``, ``jobs`` and ``live_writers()``)
+that returns ``None`` when it holds and a sentence saying what broke when it
+does not. It reads only what
 fence itself recorded: the observer's facts and findings (``fence._observer``)
 and fence's own model of the workers, never a plug-in's answers. Invariants
 1-5 and 7 are checked after every step; 6 only at the end of a run, after
@@ -57,10 +59,11 @@ def _no_early_release(world: World) -> str | None:
     found = world.observer.findings.first("no_early_release")
     if found:
         return found
-    # The present: attempts that can still write, judged from facts (World.can_still_write).
-    writers = [a.handle for a in world.attempts.values() if world.can_still_write(a)]
-    if len(writers) > world.config.capacity:
-        return f"{len(writers)} attempts can write at once ({', '.join(writers)}) with {world.config.capacity} unit(s)"
+    # The present: attempts that can still write, judged from facts (fence._worker.can_still_write).
+    writers = world.live_writers()
+    capacity = world.observer.capacity
+    if len(writers) > capacity:
+        return f"{len(writers)} attempts can write at once ({', '.join(writers)}) with {capacity} unit(s)"
     return None
 
 

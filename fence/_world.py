@@ -31,7 +31,6 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Callable, ClassVar
 
 from fence._destination import (
-    AttemptState,
     CommitResult,
     Destination,
     Guards,
@@ -39,8 +38,18 @@ from fence._destination import (
 )
 from fence._errors import CapacityExhausted, FenceError, IllegalMove, StaleAttempt
 from fence._janitor import SETTLE_MOVES, Janitor
-from fence._ledger import Ledger, Move, ReservationState
+from fence._ledger import Ledger, ReservationState
 from fence._observer import ObservedDestination, Observer
+from fence._worker import (
+    ALIVE_PHASES,
+    UNSENT_PHASES,
+    Phase,
+    WorkerMove,
+    can_still_write,
+    confirm_move,
+    hearing,
+    next_phase,
+)
 from fence._policies import FENCE_POLICY_TYPES, Decision, Evidence, JanitorPolicy
 
 COMPLETE_SNAPSHOTS: set[type] = {TicketService, Ledger}
@@ -85,16 +94,6 @@ class ModelConfig:
         )
 
 
-class Phase(enum.Enum):
-    RESERVED = "reserved"  # holds a reservation, has not started
-    WORKING = "working"  # registered (message sent), doing the work
-    COMMIT_SENT = "commit_sent"  # commit on its way, or answered and the answer lost
-    ACKED = "acked"  # the destination's answer arrived
-    DONE = "done"  # confirmed, or gave up after a refusal
-    CRASHED = "crashed"
-
-
-ALIVE_PHASES = frozenset({Phase.RESERVED, Phase.WORKING, Phase.COMMIT_SENT, Phase.ACKED})
 
 
 @dataclass
@@ -316,14 +315,13 @@ class World:
         answered 'abandoned' to an abandon of it. If that answer was a lie, the
         write it then lets through is caught when it lands (a late effect).
         """
-        if attempt.identity in self.observer.abandoned:
-            return False
-        if attempt.phase in (Phase.RESERVED, Phase.WORKING):
-            return True
-        return self.in_network(MessageKind.COMMIT, attempt.handle)
+        return can_still_write(
+            attempt.phase, self.in_network(MessageKind.COMMIT, attempt.handle), attempt.identity in self.observer.abandoned
+        )
 
-    def live_attempts(self) -> list[Attempt]:
-        return [a for a in self.attempts.values() if self.can_still_write(a)]
+    def live_writers(self) -> list[str]:
+        """The attempts that could still make an effect land, by handle (read by invariant 3)."""
+        return [a.handle for a in self.attempts.values() if self.can_still_write(a)]
 
     # -- enabled actions -----------------------------------------------------------
     def enabled(self, kind: str) -> list[Action]:
@@ -468,7 +466,7 @@ class World:
 
     def _do_start(self, action: Start):
         attempt = self.attempts[action.attempt]
-        attempt.phase = Phase.WORKING
+        attempt.phase = next_phase(attempt.phase, WorkerMove.START)
         self.network.append(Message(MessageKind.REGISTER, attempt.handle))
         return (
             f"{attempt.handle} starts working and sends its registration to the destination",
@@ -478,7 +476,7 @@ class World:
 
     def _do_send_commit(self, action: SendCommit):
         attempt = self.attempts[action.attempt]
-        attempt.phase = Phase.COMMIT_SENT
+        attempt.phase = next_phase(attempt.phase, WorkerMove.SEND_COMMIT)
         self.network.append(Message(MessageKind.COMMIT, attempt.handle))
         return (
             f"{attempt.handle} finishes its work and sends its commit",
@@ -506,10 +504,10 @@ class World:
         if attempt.phase is not Phase.COMMIT_SENT:
             return f"{message.describe()} arrives, but {attempt.handle} has crashed", "network", f"worker:{attempt.handle}"
         attempt.ack = message.result
-        if message.result in (CommitResult.WRITTEN, CommitResult.ALREADY_EXISTS):
-            attempt.phase = Phase.ACKED
+        heard = hearing(message.result)
+        attempt.phase = next_phase(attempt.phase, heard)
+        if heard is WorkerMove.HEAR_ACCEPTED:
             return f"{attempt.handle} receives the answer '{message.result.value}'", "network", f"worker:{attempt.handle}"
-        attempt.phase = Phase.DONE
         return (
             f"{attempt.handle} receives the refusal '{message.result.value}' and gives up",
             "network",
@@ -545,8 +543,8 @@ class World:
 
     def _do_confirm(self, action: Confirm):
         attempt = self.attempts[action.attempt]
-        attempt.phase = Phase.DONE
-        move = Move.CONFIRM if attempt.ack is CommitResult.WRITTEN else Move.CONFIRM_EXISTING
+        attempt.phase = next_phase(attempt.phase, WorkerMove.CONFIRM)
+        move = confirm_move(attempt.ack)
         try:
             changed = self.ledger.owner_move(attempt.key, attempt.identity, move)
         except (StaleAttempt, IllegalMove) as refusal:
@@ -560,7 +558,7 @@ class World:
 
     def _do_crash(self, action: Crash):
         attempt = self.attempts[action.attempt]
-        if attempt.phase in (Phase.RESERVED, Phase.WORKING):
+        if attempt.phase in UNSENT_PHASES:
             point = "before its effect"
         elif self.in_network(MessageKind.COMMIT, attempt.handle):
             point = "while its commit is in flight"
@@ -570,7 +568,7 @@ class World:
             self.observer.reach("crash_after_effect")
         else:
             point = "after its commit was refused, before hearing of it"
-        attempt.phase = Phase.CRASHED
+        attempt.phase = next_phase(attempt.phase, WorkerMove.CRASH)
         return f"{attempt.handle} crashes {point}", f"worker:{attempt.handle}", f"worker:{attempt.handle}"
 
     def _do_tick(self, action: Tick):

@@ -1,0 +1,107 @@
+"""The worker's life: its phases and legal moves, as one table every engine uses.
+
+Theory of operation
+-------------------
+A worker attempt reserves a unit, starts (announcing itself to the
+destination), sends its commit, hears the destination's answer and confirms at
+the ledger. It may crash at any point while it lives. ``WORKER_TRANSITIONS`` is
+that life as data, like the ledger's ``TRANSITIONS``: a move that is not in the
+table raises ``IllegalMove`` naming the move and the phase, and the diagram
+(``worker_mermaid``) is drawn from the table.
+
+Two rules every engine shares live here too:
+
+* the answer-to-confirm rule (``confirm_move``): "written" is confirmed,
+  "already exists" is confirmed as existing, any other answer is a refusal and
+  the worker gives up;
+* could this attempt still write (``can_still_write``): it has not sent its
+  commit yet, or the commit is on its way, and the destination has not
+  answered "abandoned" to an abandon of it. fence judges this from facts it
+  holds, never from the destination's reads.
+
+This module is pure: no clock, no threads, no I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from fence._destination import CommitResult
+from fence._errors import IllegalMove
+from fence._ledger import Move
+
+
+class Phase(enum.Enum):
+    RESERVED = "reserved"  # holds a reservation, has not started
+    WORKING = "working"  # registered (message sent), doing the work
+    COMMIT_SENT = "commit_sent"  # commit on its way, or answered and the answer lost
+    ACKED = "acked"  # the destination's answer arrived
+    DONE = "done"  # confirmed, or gave up after a refusal
+    CRASHED = "crashed"
+
+
+class WorkerMove(enum.Enum):
+    START = "start"
+    SEND_COMMIT = "send_commit"
+    HEAR_ACCEPTED = "hear_accepted"  # written, or already exists
+    HEAR_REFUSED = "hear_refused"  # conflict, abandoned: give up
+    CONFIRM = "confirm"
+    CRASH = "crash"
+
+
+P, W = Phase, WorkerMove
+WORKER_TRANSITIONS: dict[Phase, dict[WorkerMove, Phase]] = {
+    P.RESERVED: {W.START: P.WORKING, W.CRASH: P.CRASHED},
+    P.WORKING: {W.SEND_COMMIT: P.COMMIT_SENT, W.CRASH: P.CRASHED},
+    P.COMMIT_SENT: {W.HEAR_ACCEPTED: P.ACKED, W.HEAR_REFUSED: P.DONE, W.CRASH: P.CRASHED},
+    P.ACKED: {W.CONFIRM: P.DONE, W.CRASH: P.CRASHED},
+    P.DONE: {},
+    P.CRASHED: {},
+}
+del P, W
+
+ALIVE_PHASES = frozenset(phase for phase, moves in WORKER_TRANSITIONS.items() if moves)
+"""Phases a worker can still act from (and crash in)."""
+UNSENT_PHASES = frozenset({Phase.RESERVED, Phase.WORKING})
+"""Phases before the commit was sent: the attempt can still write."""
+
+
+def next_phase(phase: Phase, move: WorkerMove) -> Phase:
+    """The phase ``move`` takes a worker in ``phase`` to, or IllegalMove naming what it allows."""
+    target = WORKER_TRANSITIONS[phase].get(move)
+    if target is None:
+        allowed = ", ".join(m.value for m in WORKER_TRANSITIONS[phase]) or "nothing"
+        raise IllegalMove(f"a worker that is {phase.value} cannot {move.value}; it may: {allowed}")
+    return target
+
+
+def hearing(result: CommitResult) -> WorkerMove:
+    """What hearing the destination's answer is: accepted (confirm next) or a refusal (give up)."""
+    return WorkerMove.HEAR_ACCEPTED if result in CONFIRM_MOVES else WorkerMove.HEAR_REFUSED
+
+
+CONFIRM_MOVES: dict[CommitResult, Move] = {
+    CommitResult.WRITTEN: Move.CONFIRM,
+    CommitResult.ALREADY_EXISTS: Move.CONFIRM_EXISTING,
+}
+"""The answer-to-confirm rule: the ledger move a worker makes for each accepted answer."""
+
+
+def confirm_move(result: CommitResult) -> Move:
+    return CONFIRM_MOVES[result]
+
+
+def can_still_write(phase: Phase, commit_in_flight: bool, abandoned: bool) -> bool:
+    """Could this attempt still make an effect land? From fence's facts only (see the module)."""
+    if abandoned:
+        return False
+    return phase in UNSENT_PHASES or commit_in_flight
+
+
+def worker_mermaid() -> str:
+    """The worker's life, drawn from ``WORKER_TRANSITIONS`` so it can never drift from it."""
+    lines = ["stateDiagram-v2", "    [*] --> reserved: reserve"]
+    for source, moves in WORKER_TRANSITIONS.items():
+        for move, target in moves.items():
+            lines.append(f"    {source.value} --> {target.value}: {move.value}")
+    return "\n".join(lines)

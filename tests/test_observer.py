@@ -1,0 +1,135 @@
+"""The one observer: invariants judge facts fence recorded, plug-ins are reached only through their protocols.
+
+Each test pins one way a verdict went wrong before the observer: the explorer
+asked decide() while keying, invariant 3 believed the destination's reads, a
+ledger's own accounting was believed, an inherited clone() dropped a
+subclass's state.
+"""
+
+import pytest
+
+from fence import Decision, Evidence, Guards, Policy, TicketService
+from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
+from fence._invariants import BY_NAME
+from fence._ledger import Move
+from fence._policies import POLICIES
+from fence._verdicts import EXPLORER_BOUND
+from fence._world import Probe, Reserve, Scan, Tick, World
+from fence._worker import WORKER_TRANSITIONS, Phase, WorkerMove, next_phase, worker_mermaid
+from fence._errors import IllegalMove
+
+
+class DecideMustNotBeCalled(Policy):
+    def decide(self, evidence):
+        raise AssertionError("decide() was called outside a settle")
+
+
+def _world_holding_answers(policy) -> World:
+    world = World(policy, EXPLORER_BOUND)
+    for action in (Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1")):
+        world.apply(action)
+    return world
+
+
+@pytest.mark.parametrize("policy", [DecideMustNotBeCalled(), POLICIES["abandon-fenced"]], ids=["user", "fence"])
+def test_keying_and_ordering_never_ask_the_policy_to_decide(policy, monkeypatch):
+    """The explorer's keys, its janitor de-duplication and the drain's order read the answers, not decide()."""
+    world = _world_holding_answers(policy)
+    if type(policy) is not DecideMustNotBeCalled:
+        monkeypatch.setattr(type(policy), "decide", DecideMustNotBeCalled.decide)
+    state_key(world)
+    generic_state_key(world)
+    _up_to_janitors(world, world.enabled_actions())
+    sorted(world.enabled("settle"), key=world._settle_order)
+
+
+class LyingReads(TicketService):
+    """attempt_state always says in flight: a read the judge must not believe."""
+
+    def attempt_state(self, attempt_id):
+        from fence import AttemptState
+
+        return AttemptState.IN_FLIGHT if self.guards.witness else None
+
+    def snapshot(self):
+        return super().snapshot()
+
+
+def test_a_destination_reads_are_evidence_for_the_policy_never_for_the_judge():
+    """abandon-fenced with a destination whose attempt_state lies is proved: abandon's own answer is the fact."""
+    found = explore(POLICIES["abandon-fenced"], EXPLORER_BOUND, destination_factory=LyingReads)
+    assert found.exhausted and found.unfaithful is None
+    assert found.results["no_early_release"].outcome.value == "proved"
+
+
+def test_a_ledger_accepting_a_move_the_table_forbids_is_caught_by_the_mirror():
+    """The observer follows TRANSITIONS itself: an accepted second settle_unused is a unit freed twice."""
+    world = World(POLICIES["abandon-fenced"], EXPLORER_BOUND)
+    world.apply(Reserve("job1"))
+    world.observer.moved("job1/r1", Move.EXPIRE_AND_HOLD, by="janitor:0")
+    world.observer.moved("job1/r1", Move.SETTLE_UNUSED, by="janitor:0")
+    assert BY_NAME["capacity_conserved"].check(world) is None
+    world.observer.moved("job1/r1", Move.SETTLE_UNUSED, by="janitor:1")
+    assert "freed its unit again" in BY_NAME["capacity_conserved"].check(world)
+
+
+class ExtraState(TicketService):
+    """A subclass that inherits clone() and adds an attribute the base class does not copy."""
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.asked = 0
+
+    def lookup(self, key):
+        self.asked += 1
+        return super().lookup(key)
+
+
+def test_a_subclass_is_copied_whole_not_through_its_inherited_clone():
+    """The copy of a world keeps the subclass and its extra attribute."""
+    world = World(POLICIES["reconcile"], EXPLORER_BOUND, destination_factory=ExtraState)
+    world.destination.asked = 5
+    copy = world.clone(history=False)
+    assert type(copy.destination) is ExtraState and copy.destination.asked == 5
+    assert copy.destination is not world.destination
+
+
+class ForgetsAfterTwoLookups(TicketService):
+    """Keeps a counter outside its snapshot(): two states with one key answer differently later."""
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.lookups = 0
+
+    def lookup(self, key):
+        self.lookups += 1
+        return False if self.lookups > 2 else super().lookup(key)
+
+
+def test_state_outside_the_snapshot_is_detected_not_trusted():
+    """The faithfulness check stops the walk and says why; nothing is proved."""
+    found = explore(POLICIES["reconcile"], EXPLORER_BOUND, destination_factory=ForgetsAfterTwoLookups)
+    assert found.unfaithful and "snapshot()" in found.unfaithful
+    assert all(item.outcome.value != "proved" for item in found.results.values())
+
+
+def test_the_worker_table_refuses_a_move_it_does_not_list_and_draws_itself():
+    """Every phase's moves come from WORKER_TRANSITIONS; anything else is an IllegalMove naming the phase."""
+    assert next_phase(Phase.COMMIT_SENT, WorkerMove.HEAR_ACCEPTED) is Phase.ACKED
+    with pytest.raises(IllegalMove, match="done cannot crash"):
+        next_phase(Phase.DONE, WorkerMove.CRASH)
+    drawn = worker_mermaid()
+    for source, moves in WORKER_TRANSITIONS.items():
+        for move, target in moves.items():
+            assert f"{source.value} --> {target.value}: {move.value}" in drawn
+
+
+def test_the_readme_diagrams_are_the_tables():
+    """The README's two state diagrams are what the tables draw today."""
+    from pathlib import Path
+
+    from fence._ledger import transitions_mermaid
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"```mermaid\n{transitions_mermaid()}\n```" in readme
+    assert f"```mermaid\n{worker_mermaid()}\n```" in readme
