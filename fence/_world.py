@@ -769,12 +769,15 @@ class World:
         counts, while keeping the observer's present state: the explorer judges
         each transition on what that transition alone adds.
         """
-        if type(self.policy) not in FENCE_POLICY_TYPES:
-            # A user's policy may hand out answers that point at the destination:
-            # everything is copied in one deepcopy, so such references stay inside the copy.
+        own_policy = type(self.policy) in FENCE_POLICY_TYPES
+        if not own_policy and any(type(held) is not Evidence for answers in self.evidence for held in answers.values()):
+            # A user's answer objects may point at the destination: everything is
+            # copied in one deepcopy, so such references stay inside the copy.
             return self._deep_clone(history)
         other = World.__new__(World)
-        other.policy = self.policy
+        # A user's policy is copied on its own (its answers held here are fence's
+        # Evidence values, which point at nothing); the faithfulness check tests it.
+        other.policy = self.policy if own_policy else copy.deepcopy(self.policy)
         other.config = self.config
         # fence's own parts copy themselves; a user's are deep-copied (never their own clone(),
         # which a subclass may inherit and which then copies only what the base class knows).
