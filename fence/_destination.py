@@ -24,12 +24,11 @@ invariants are judged on, so it must report every write that really happened.
 
 from __future__ import annotations
 
-import copy
-
 import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from fence._copying import copy_frozen_value
 from fence._errors import WitnessRequired
 
 
@@ -87,15 +86,8 @@ class Effect:
     """Order in which effects landed (1, 2, ...), for reports."""
 
     def __deepcopy__(self, memo):
-        # A frozen value of fence's own is its own copy (deep copies of worlds with a
-        # user's plug-ins are the explorer's slow path); a subclass may hold more.
-        if type(self) is Effect:
-            return self
-        clone = object.__new__(type(self))
-        memo[id(self)] = clone
-        for name, value in vars(self).items():
-            object.__setattr__(clone, name, copy.deepcopy(value, memo))
-        return clone
+        # A world with a user's plug-ins is deep-copied; fence's own value is its own copy.
+        return copy_frozen_value(self, memo, Effect)
 
 
 @runtime_checkable

@@ -31,11 +31,10 @@ Rules of this module:
 
 from __future__ import annotations
 
-import copy
-
 import enum
 from dataclasses import dataclass, replace
 
+from fence._copying import copy_frozen_value
 from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
 
 
@@ -107,24 +106,22 @@ class Reservation:
         return now >= self.deadline
 
     def __deepcopy__(self, memo):
-        # A frozen value of fence's own is its own copy (deep copies of worlds with a
-        # user's plug-ins are the explorer's slow path); a subclass may hold more.
-        if type(self) is Reservation:
-            return self
-        clone = object.__new__(type(self))
-        memo[id(self)] = clone
-        for name, value in vars(self).items():
-            object.__setattr__(clone, name, copy.deepcopy(value, memo))
-        return clone
+        # A world with a user's plug-ins is deep-copied; fence's own value is its own copy.
+        return copy_frozen_value(self, memo, Reservation)
+
+
+def table_mermaid(table: dict, first: enum.Enum) -> str:
+    """A state diagram drawn from a table of {state: {move: state}}, entered by a reserve."""
+    lines = ["stateDiagram-v2", f"    [*] --> {first.value}: reserve"]
+    for source, moves in table.items():
+        for move, target in moves.items():
+            lines.append(f"    {source.value} --> {target.value}: {move.value}")
+    return "\n".join(lines)
 
 
 def transitions_mermaid() -> str:
     """The state diagram, drawn from ``TRANSITIONS`` so it can never drift from it."""
-    lines = ["stateDiagram-v2", "    [*] --> reserved: reserve"]
-    for source, moves in TRANSITIONS.items():
-        for move, target in moves.items():
-            lines.append(f"    {source.value} --> {target.value}: {move.value}")
-    return "\n".join(lines)
+    return table_mermaid(TRANSITIONS, ReservationState.RESERVED)
 
 
 # -- the decisions, as pure functions ---------------------------------------------

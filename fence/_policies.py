@@ -20,12 +20,11 @@ same attributes and methods) and run ``fence check yourmodule:YourPolicy``.
 
 from __future__ import annotations
 
-import copy
-
 import enum
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from fence._copying import copy_frozen_value
 from fence._destination import AttemptState, Destination, Guards
 from fence._ledger import Reservation
 
@@ -62,15 +61,8 @@ class Evidence:
         return ", ".join(parts) or "nothing asked"
 
     def __deepcopy__(self, memo):
-        # A frozen value of fence's own is its own copy (deep copies of worlds with a
-        # user's plug-ins are the explorer's slow path); a subclass may hold more.
-        if type(self) is Evidence:
-            return self
-        clone = object.__new__(type(self))
-        memo[id(self)] = clone
-        for name, value in vars(self).items():
-            object.__setattr__(clone, name, copy.deepcopy(value, memo))
-        return clone
+        # A world with a user's plug-ins is deep-copied; fence's own value is its own copy.
+        return copy_frozen_value(self, memo, Evidence)
 
 
 @runtime_checkable

@@ -28,7 +28,7 @@ import enum
 
 from fence._destination import CommitResult
 from fence._errors import IllegalMove
-from fence._ledger import Move
+from fence._ledger import Move, table_mermaid
 
 
 class Phase(enum.Enum):
@@ -100,8 +100,4 @@ def can_still_write(phase: Phase, commit_in_flight: bool, abandoned: bool) -> bo
 
 def worker_mermaid() -> str:
     """The worker's life, drawn from ``WORKER_TRANSITIONS`` so it can never drift from it."""
-    lines = ["stateDiagram-v2", "    [*] --> reserved: reserve"]
-    for source, moves in WORKER_TRANSITIONS.items():
-        for move, target in moves.items():
-            lines.append(f"    {source.value} --> {target.value}: {move.value}")
-    return "\n".join(lines)
+    return table_mermaid(WORKER_TRANSITIONS, Phase.RESERVED)
