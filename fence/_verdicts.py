@@ -30,6 +30,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import get_state_machine_test
 
 from fence._destination import Destination, Guards
+from fence._draws import source_independent_draws
 from fence._errors import BadInput
 from fence._invariants import INVARIANTS, Invariant, required_dangers
 from fence._ledger import Ledger
@@ -157,7 +158,8 @@ def _run_once(
     if seed is not None:
         test = hypothesis.seed(seed)(test)
     try:
-        test()
+        with source_independent_draws():
+            test()
     except InvariantViolation as violation:
         return machine, violation
     return machine, None

@@ -109,26 +109,30 @@ def test_the_dangerous_states_are_reached(name):
 # Hypothesis samples; the explorer does not. At the CI bound the hardest cell
 # for sampling is witness-fenced / no_silent_replay: its shortest run is 12
 # chosen steps that must all fit under horizon 3 (a probe racing the
-# registration, the commit, a settle, a revised retry and its commit). This
-# test used to let that cell go either way, because the derandomised run found
-# it in the full suite and missed it alone. The cause was Hypothesis drawing
-# constants from whichever project modules were loaded; conftest.py now loads
-# them all first, the draw is the same on every run, and it finds the cell, so
-# the agreement is exact again. If a change to fence's source shifts the draw
-# and this cell is missed, the replay test below still shows the run exists.
+# registration, the commit, a settle, a revised retry and its commit). With the
+# default profile, random seeds find it about 7 times in 10 (seeds 1-10: 7).
+# This test once asserted that the derandomised run finds it, and it did, but
+# only because Hypothesis mixed integer constants read from fence's own source
+# into its draws: adding a string literal to the CLI made it miss. The draws
+# are now independent of source text (fence/_draws.py), and the derandomised
+# run misses it, so that expectation was wrong. It is pinned as a known miss,
+# exactly: if the draw starts finding it, this test fails and the list shrinks.
+# The judged verdict stays violated, because the explorer finds the cell; the
+# replay test below shows the run is one Hypothesis' machine can make.
 HARDEST_CELL = {"witness-fenced": "no_silent_replay"}
 
 
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
-    """At the CI bound, Hypothesis violates only cells the explorer violates, and misses none but the known one."""
+    """At the CI bound, Hypothesis violates only cells the explorer violates, and misses exactly the known one."""
     examples, steps, _shrink = PROFILES["default"]
     hypothesis = survey_config(POLICIES[name], CI_BOUND, run_settings=profile_settings(examples, steps))
     found = explored(name)
     violated = {inv for inv, item in found.results.items() if item.outcome is Outcome.VIOLATED}
     assert set(hypothesis.counterexamples) <= violated, "Hypothesis broke a cell the explorer proved"
     missed = violated - set(hypothesis.counterexamples)
-    assert not missed, f"Hypothesis missed {sorted(missed)}"
+    known = {HARDEST_CELL[name]} if name in HARDEST_CELL else set()
+    assert missed == known, f"Hypothesis missed {sorted(missed)}; known misses {sorted(known)}"
     for inv, example in hypothesis.counterexamples.items():
         assert found.results[inv].depth <= example.rule_steps
 
