@@ -385,6 +385,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fence", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"fence {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(p):
@@ -632,6 +633,15 @@ def _cmd_probe_sdk(args) -> int:
     return cmd_probe_sdk(args)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fence")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -639,6 +649,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BadInput, BackendError) as error:
         print(f"fence: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (`fence verdicts --json | head -1`): nothing more to say to it.
+        # Point stdout at nothing so that the interpreter's final flush is quiet too.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a tool killed by SIGPIPE: never 0, which would hide a verdict that went unread
 
 
 if __name__ == "__main__":

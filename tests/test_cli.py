@@ -83,3 +83,28 @@ def test_replaying_a_corrupt_counterexample_is_refused(tmp_path):
     path.write_text('{"format": "fence-counterexample/1", "policy": "naive"}')
     with pytest.raises(BadInput, match="corrupt"):
         load(path)
+
+
+def test_version_is_one_line_with_the_installed_version():
+    """fence --version prints the package's version and exits 0."""
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "fence._cli", "--version"], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == f"fence {version('fence')}"
+
+
+def test_a_closed_pipe_is_quiet():
+    """Output into a pipe whose reader has gone (`fence explore --json | head -1`) ends with no traceback."""
+    import subprocess
+    import sys
+
+    # The reader exits at once, so the writer's first write meets a pipe with no reader.
+    command = (
+        f"{sys.executable} -m fence._cli explore --policy naive --horizon 2 --json --out /tmp/fence-pipe-test | true;"
+        " exit ${PIPESTATUS[0]}"
+    )
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 141, "an unread verdict must not look like a pass (0)"
