@@ -89,7 +89,6 @@ def _survey_one(arguments):
             policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
             ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
         )
-    options = {name: value for name, value in options.items() if name != "explore"}
     return survey_config(policy, config, **options)
 
 

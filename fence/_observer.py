@@ -85,7 +85,6 @@ class Observer:
         """Every write seen in the destination's record, in landing order."""
         self.effects_per_key: Counter[str] = Counter()
         self.first_payload: dict[str, str] = {}
-        self.effects_per_attempt: Counter[str] = Counter()
         self.abandoned: set[str] = set()
         """Identities the destination answered ABANDONED for: it promised to refuse them."""
         self.findings = Findings()
@@ -99,7 +98,6 @@ class Observer:
         other.effects = list(self.effects)
         other.effects_per_key = Counter(self.effects_per_key)
         other.first_payload = dict(self.first_payload)
-        other.effects_per_attempt = Counter(self.effects_per_attempt)
         other.abandoned = set(self.abandoned)
         if findings:
             other.findings = Findings({k: list(v) for k, v in self.findings.by_invariant.items()})
@@ -227,7 +225,6 @@ class Observer:
             self.effects.append(effect)
             self.effects_per_key[effect.key] += 1
             self.first_payload.setdefault(effect.key, effect.payload)
-            self.effects_per_attempt[attempt] += 1
             if self.effects_per_key[effect.key] == 2:
                 self.findings.add("no_duplicate_writes", f"{effect.key} was written 2 times")
             if self.released(reservation_id):
@@ -248,14 +245,6 @@ class Observer:
                     f"{attempt} was told its ticket exists, but {key}'s ticket says '{recorded}', not '{payload}'",
                 )
         return written
-
-    def too_many_writers(self, writers: list[str]) -> None:
-        """More attempts could write at once than there are units (invariant 3)."""
-        if len(writers) > self.capacity:
-            self.findings.add(
-                "no_early_release",
-                f"{len(writers)} attempts can write at once ({', '.join(writers)}) with {self.capacity} unit(s)",
-            )
 
     # -- the end of a run --------------------------------------------------------------
     def unsettled(self) -> list[MirroredReservation]:
