@@ -39,7 +39,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from fence._destination import AttemptState, CommitResult, Effect
-from fence._ledger import HOLDING_STATES, TRANSITIONS, Move, ReservationState
+from fence._ledger import FINISHED_STATES, HOLDING_STATES, TRANSITIONS, Move, ReservationState
 
 
 @dataclass
@@ -70,6 +70,19 @@ class Findings:
         return found[0] if found else None
 
 
+@dataclass(frozen=True)
+class ReleaseJudgement:
+    """What was true, by fence's facts, the moment a unit went back to the pool."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    effect_existed: bool
+    """An effect for the key existed that no other holding reservation paid for (invariant 2)."""
+    owner_could_still_write: bool
+    """Its attempt could still make an effect land (invariant 3)."""
+
+
 class ProtocolBroken(AssertionError):
     """A plug-in answered outside its protocol in a way fence cannot judge (e.g. effects() shrank)."""
 
@@ -77,8 +90,10 @@ class ProtocolBroken(AssertionError):
 class Observer:
     """The facts of one run, and the present state the invariants need to judge the next ones."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, slots: bool = False) -> None:
         self.capacity = capacity
+        self.slots = slots
+        """Units are concurrency slots: finished work gives its unit back (``Ledger(slots=True)``)."""
         self.reservations: dict[str, MirroredReservation] = {}
         self.current_by_key: dict[str, str] = {}
         self.effects: list[Effect] = []
@@ -93,6 +108,7 @@ class Observer:
     def copy(self, findings: bool = True) -> Observer:
         other = Observer.__new__(Observer)
         other.capacity = self.capacity
+        other.slots = self.slots
         other.reservations = {rid: _copy_mirror(m) for rid, m in self.reservations.items()}
         other.current_by_key = dict(self.current_by_key)
         other.effects = list(self.effects)
@@ -115,7 +131,11 @@ class Observer:
     # -- reading ---------------------------------------------------------------------
     @property
     def held(self) -> int:
-        return sum(1 for m in self.reservations.values() if m.state in HOLDING_STATES)
+        """Units out of the pool by fence's mirror (with slots, finished work holds none)."""
+        return sum(
+            1 for m in self.reservations.values()
+            if m.state in HOLDING_STATES and not (self.slots and m.state in FINISHED_STATES)
+        )
 
     def holding_for(self, key: str) -> list[MirroredReservation]:
         return [m for m in self.reservations.values() if m.key == key and m.state in HOLDING_STATES]
@@ -170,7 +190,7 @@ class Observer:
             mirror.times_freed += 1
         return mirror
 
-    def release_judged(self, reservation_id: str, owner_could_still_write: bool, owner: str) -> None:
+    def release_judged(self, reservation_id: str, owner_could_still_write: bool, owner: str) -> ReleaseJudgement:
         """A unit went back to the pool: judge invariants 2 and 3 at this moment, from facts."""
         mirror = self.reservations[reservation_id]
         covering = sum(1 for m in self.holding_for(mirror.key) if m.reservation_id != reservation_id)
@@ -186,6 +206,7 @@ class Observer:
                 "no_early_release",
                 f"{reservation_id}'s unit went back to the pool while its attempt {owner} could still write",
             )
+        return ReleaseJudgement(reservation_id, mirror.key, owner, unaccounted > 0, owner_could_still_write)
 
     def owner_move_accepted(self, attempt: str, own_reservation: str, key: str, move: Move) -> None:
         """The ledger accepted a worker's confirm, addressed by key: judge invariant 5, then mirror it."""

@@ -39,7 +39,10 @@ from fence._destination import AttemptState, CommitResult, Guards, TicketService
 from fence._errors import BadInput, IllegalMove, StaleAttempt
 from fence._invariants import BY_NAME
 from fence._janitor import Janitor, Settlement
-from fence._ledger import Ledger, Move, Reservation, ReservationState
+from fence._ledger import Ledger, Reservation, ReservationState
+from fence._live import LiveRun
+from fence._observer import ReleaseJudgement
+from fence._worker import CONFIRM_MOVES
 from fence._policies import POLICIES, Decision, JanitorPolicy
 from fence._world import Action, InapplicableAction, Tick, World
 
@@ -153,14 +156,16 @@ class AttemptRecord:
 
 @dataclass(frozen=True)
 class Release:
-    """The janitor gave a unit back: what was true at that moment."""
+    """The janitor gave a unit back: what fence's facts said was true at that moment."""
 
     t: float
     reservation_id: str
     key: str
     owner: str
     effect_existed: bool
+    """An effect for the key had landed that no holding reservation paid for (invariant 2)."""
     owner_could_still_write: bool
+    """Its attempt had neither sent its commit nor been abandoned (invariant 3)."""
 
 
 class Fleet:
@@ -179,12 +184,14 @@ class Fleet:
         self.recorder = Recorder()
         self.destination = LockedDestination(policy.guards, self.recorder)
         self.ledger = Ledger(capacity, slots=slots)
-        self.janitor = Janitor(self.ledger, self.destination, policy)
+        self.run = LiveRun(capacity, jobs=[], slots=slots)
+        """fence's facts of this run, judged by the invariants (fence._live)."""
+        self.janitor = Janitor(self.ledger, self.run.janitor_destination(self.destination), policy)
         self.lock = threading.Condition()
-        """Guards the ledger, the wait queue and the records below."""
+        """Guards the ledger, the destination's writes, the run's facts and the records below:
+        the order facts are recorded in is the order they happened."""
         self.on_release = on_release
         self.records: dict[str, AttemptRecord] = {}
-        self.phase: dict[str, str] = {}
         self.releases: list[Release] = []
         self.expired_owners: list[str] = []
         """Whose lease the janitor found expired, in order: the tests tell planned expiries from starved ones."""
@@ -208,7 +215,8 @@ class Fleet:
         record = AttemptRecord(spec)
         with self.lock:
             self.records[spec.attempt_id] = record
-            self.phase[spec.attempt_id] = "waiting"
+            if spec.key not in self.run.jobs:
+                self.run.jobs.append(spec.key)
             self._unfinished += 1
         threading.Thread(target=self._guarded, args=(record, reserved, gate), daemon=True).start()
 
@@ -234,35 +242,36 @@ class Fleet:
                 self.lock.wait(0.05)
             self._queue.pop(0)
             now = self.recorder.now()
-            record.deadline = self.ledger.reserve(spec.key, spec.attempt_id, now, self.lease).deadline
+            reservation = self.ledger.reserve(spec.key, spec.attempt_id, now, self.lease)
+            record.deadline = reservation.deadline
             record.reserved_at = now
             record.token = self.tokens.popleft()
-            self.phase[spec.attempt_id] = "working"
+            self.run.reserved(spec.attempt_id, spec.key, reservation.reservation_id, reservation.deadline)
             heir = f", inheriting {record.token[1]}'s released unit" if record.token[0] == "released" else ""
             log(lane, "reserve", f"reserves {spec.key} (lease {self.lease:g}s{heir})", t=now)
             self.lock.notify_all()
         if reserved is not None:
             reserved.set()
-        self.destination.register(spec.attempt_id, spec.key)
+        with self.lock:
+            self.destination.register(spec.attempt_id, spec.key)
+            self.run.started(spec.attempt_id)
         record.work_start = log(lane, "work", "starts working")
         time.sleep(spec.work)
         if spec.crash == "before-effect":
             self._crash(record, lane)
             return
+        payload = f"ticket for {spec.key}"
         with self.lock:
-            self.phase[spec.attempt_id] = "committing"
-        record.result = self.destination.commit(spec.attempt_id, spec.key, f"ticket for {spec.key}")
+            self.run.commit_sent(spec.attempt_id, payload)
+            record.result = self.destination.commit(spec.attempt_id, spec.key, payload)
+            self.run.commit_answered(spec.attempt_id, record.result, self.destination.effects())
         record.commit_at = self.recorder.now()
         if spec.crash == "after-effect":
             self._crash(record, lane)
             return
         with self.lock:
-            self.phase[spec.attempt_id] = "done"
-            if record.result is CommitResult.WRITTEN:
-                move = Move.CONFIRM
-            elif record.result is CommitResult.ALREADY_EXISTS:
-                move = Move.CONFIRM_EXISTING
-            else:
+            move = CONFIRM_MOVES.get(record.result)
+            if move is None:  # a refusal: the worker gives up (fence._worker's answer-to-confirm rule)
                 log(lane, "gives_up", f"refused ({record.result.value}): gives up")
                 record.confirmed = "gave up"
                 return
@@ -270,9 +279,11 @@ class Fleet:
             try:
                 moved = self.ledger.owner_move(spec.key, spec.attempt_id, move)
             except (StaleAttempt, IllegalMove) as refusal:
+                self.run.confirm_refused(spec.attempt_id)
                 record.confirmed = "refused"
                 log(lane, "stale", f"{move.value} refused: {refusal}")
                 return
+            self.run.confirmed(spec.attempt_id, record.result)
             record.confirmed = moved.state.value
             log(lane, "confirm", f"{move.value}: {moved.reservation_id} {moved.state.value}")
             if self.ledger.held < held_before:  # slots: finished work frees its unit
@@ -281,7 +292,7 @@ class Fleet:
 
     def _crash(self, record: AttemptRecord, lane: str) -> None:
         with self.lock:
-            self.phase[record.spec.attempt_id] = "crashed"
+            self.run.crashed(record.spec.attempt_id)
             record.crashed_at = self.recorder.log(lane, "crash", f"crashes {record.spec.crash}")
 
     # -- the janitor loop ----------------------------------------------------------------
@@ -301,38 +312,38 @@ class Fleet:
         if isinstance(result, Reservation):
             self.expired_owners.append(result.owner)
             log("janitor", "expiry", f"{result.reservation_id} lease expired -> {result.state.value}")
-            if result.state is ReservationState.UNUSED:
-                self._released(result)
+            judgement = self.run.expired(result.reservation_id, freed=result.state is ReservationState.UNUSED)
+            if judgement is not None:
+                self._released(judgement)
             return
         rid = result.reservation.reservation_id
         if result.decision is Decision.HOLD:
             if rid not in self._held_logged:
                 self._held_logged.add(rid)
                 log("janitor", "hold", f"holds {rid} ({result.evidence.describe()})")
-        elif result.released:
+            return
+        judgement = self.run.settled(rid, result.reservation.state)
+        if judgement is not None:
             log("janitor", "settle", f"{rid} unused ({result.evidence.describe()})")
-            self._released(result.reservation)
+            self._released(judgement)
         else:
             log("janitor", "settle", f"{rid} {result.reservation.state.value} ({result.evidence.describe()})")
             if self.ledger.slots:
                 self.tokens.append(("finished", result.reservation.key))
                 self.lock.notify_all()
 
-    def _released(self, reservation: Reservation) -> None:
-        owner = reservation.owner
-        abandoned = self.destination.attempt_state(owner) is AttemptState.ABANDONED
-        could_write = self.phase.get(owner) in ("waiting", "working") and not abandoned
+    def _released(self, judgement: ReleaseJudgement) -> None:
         release = Release(
             self.recorder.now(),
-            reservation.reservation_id,
-            reservation.key,
-            owner,
-            self.destination.lookup(reservation.key),
-            could_write,
+            judgement.reservation_id,
+            judgement.key,
+            judgement.owner,
+            judgement.effect_existed,
+            judgement.owner_could_still_write,
         )
         self.releases.append(release)
-        self.recorder.log("janitor", "release", f"{reservation.reservation_id}'s unit returns", t=release.t)
-        self.tokens.append(("released", reservation.key))
+        self.recorder.log("janitor", "release", f"{judgement.reservation_id}'s unit returns", t=release.t)
+        self.tokens.append(("released", judgement.key))
         self.lock.notify_all()
         if self.on_release is not None:
             self.on_release(self, release)
@@ -361,7 +372,8 @@ class Fleet:
                 raise self.errors[0]
 
     def effects(self, key: str) -> int:
-        return sum(1 for e in self.destination.effects() if e.key == key)
+        """Writes for ``key`` fence saw land (the run's facts, not a fresh read)."""
+        return self.run.effects(key)
 
 
 # -- results -------------------------------------------------------------------------
@@ -373,6 +385,8 @@ class TrialResult:
     times: dict[str, float | None]
     events: list[Event]
     settled: bool = True
+    broken: dict[str, str] = field(default_factory=dict)
+    """The invariants (fence._invariants) this trial's facts broke, with how."""
 
 
 @dataclass
@@ -455,7 +469,7 @@ def crash_trial(policy: JanitorPolicy, crash: str, lease: float, number: int) ->
         f"effect@{_at(times['effect'])} crash@{_at(times['crash'])} released@{_at(times['released'])} "
         f"retry@{_at(times['retry'])} effects={effects} duplicates={counts['duplicates']}"
     )
-    return TrialResult(number, line, counts, times, list(events), settled)
+    return TrialResult(number, line, counts, times, list(events), settled, fleet.run.judge())
 
 
 def crash_boundary(trials: int, lease: float, progress: Progress = _quiet) -> list[VariantResult]:
@@ -586,7 +600,7 @@ def delayed_trial(policy: JanitorPolicy, lease: float, number: int) -> TrialResu
         f"early_release={'yes' if counts['early_release'] else 'no'} "
         f"loser_wasted={'none' if wasted is None else f'{wasted:.3f}s'}"
     )
-    return TrialResult(number, line, counts, times, list(events), settled)
+    return TrialResult(number, line, counts, times, list(events), settled, fleet.run.judge())
 
 
 def delayed_commit(trials: int, lease: float, progress: Progress = _quiet) -> list[VariantResult]:
@@ -671,7 +685,7 @@ def contention_trial(lease: float, work: float, number: int) -> TrialResult:
         f"makespan={_at(makespan)} jobs={counts['jobs_done']}/{CONTENTION_WORKERS} "
         f"capacity_lost={'none' if lost is None else f'{100 * lost:.0f}%'}"
     )
-    return TrialResult(number, line, counts, times, list(events), settled)
+    return TrialResult(number, line, counts, times, list(events), settled, fleet.run.judge())
 
 
 def contention(trials: int, lease: float, progress: Progress = _quiet) -> list[VariantResult]:

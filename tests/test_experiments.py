@@ -190,6 +190,8 @@ def test_contention_duplicates_only_where_a_healthy_lease_ran_out(contention):
             assert counts["duplicates"] == counts["healthy_released"], (trial.line, counts)
             if counts["healthy_expired"] == 0:
                 assert counts["jobs_done"] == _realclock.CONTENTION_WORKERS and counts["duplicates"] == 0, trial.line
+            if counts["healthy_released"] == 0:
+                assert trial.broken == {}, (trial.line, trial.broken)
 
 
 @pytest.mark.realclock
@@ -200,6 +202,43 @@ def test_contention_sweep_reports_the_measured_median_wait_per_lease(contention)
     summary = contention["SWEEP"].summary
     assert f"leases={','.join(f'{v.lease:.2f}' for v in rows)}s " in summary
     assert f"inheritor_waited={','.join(f'{m:.3f}' for m in medians)}s " in summary
+
+
+# What fence's invariants say of each thread trial, judged from the run's facts
+# (fence._live) by the same INVARIANTS that judge the models: the real-clock
+# engine has no audit of its own.
+BROKEN_ON_THREADS = {
+    ("crash", "POLICY=naive CRASH=after-effect"): {"no_duplicate_writes", "no_release_while_effect_exists", "everything_settles"},
+    ("crash", "POLICY=naive CRASH=before-effect"): set(),
+    ("crash", "POLICY=reconcile CRASH=after-effect"): set(),
+    ("crash", "POLICY=reconcile CRASH=before-effect"): set(),
+    ("delayed", "MODE=naive"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
+    ("delayed", "MODE=reconcile"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
+    ("delayed", "MODE=fenced"): {"no_early_release"},
+    ("delayed", "MODE=witness"): set(),
+    ("delayed", "MODE=abandon"): set(),
+}
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("experiment, label", list(BROKEN_ON_THREADS))
+def test_each_thread_trial_breaks_exactly_the_expected_invariants(request, experiment, label):
+    """Every trial of a scenario is judged by INVARIANTS on its recorded facts, and breaks the same named ones."""
+    variant = request.getfixturevalue(experiment)[label]
+    for trial in variant.trials:
+        assert set(trial.broken) == BROKEN_ON_THREADS[experiment, label], (trial.line, trial.broken)
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("experiment, label", list(BROKEN_ON_THREADS))
+def test_what_threads_break_the_models_also_break(experiment, label):
+    """A real-clock violation is one the models' expected matrix also has for that policy (one model of the world)."""
+    from fence._verdicts import load_expected
+
+    policy = label.split("=")[1].split()[0]
+    expected = load_expected()[policy]
+    for name in BROKEN_ON_THREADS[experiment, label]:
+        assert expected[name].value == "violated", (policy, name)
 
 
 @pytest.mark.realclock
