@@ -30,10 +30,11 @@ Faults are injected into the tool, inside the real Agent run:
 * ``slow``: the tool sleeps past the lease before it commits, so the commit
   lands after the janitor has acted on the expired lease.
 
-A fault applies to a job's first attempt only; retries are healthy. The report
-counts what the models' invariants talk about: duplicate writes, units freed
-while an effect for the key exists, units freed while their attempt was still
-running, and jobs left without exactly one effect.
+A fault applies to a job's first attempt only; retries are healthy. Every
+reserve, commit, confirm, crash and janitor move is written down as a fact in a
+``fence._live.LiveRun``, and the report's verdicts are the models' own
+``INVARIANTS`` judged on those facts: no audit here asks the destination or the
+ledger what happened.
 """
 
 from __future__ import annotations
@@ -47,11 +48,13 @@ from typing import Callable
 
 from strands import Agent, tool
 
-from fence._destination import AttemptState, CommitResult, TicketService
+from fence._destination import CommitResult, TicketService
 from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
 from fence._janitor import Janitor, Settlement
 from fence._ledger import Ledger, Reservation, ReservationState
+from fence._live import LiveRun
 from fence._policies import Decision, JanitorPolicy
+from fence._worker import ALIVE_PHASES, CONFIRM_MOVES
 from fence.agents.budget import TokenBudget, call_limit
 from fence.agents.scripted import ScriptedModel, Turn
 
@@ -89,6 +92,8 @@ class FleetReport:
     timed_out: bool
     turned_away: list[str] = field(default_factory=list)
     """Jobs never started because the quota was spent (not a failure of the policy)."""
+    broken: dict[str, str] = field(default_factory=dict)
+    """The invariants the run's facts broke, with how (fence._invariants, judged by fence._live)."""
 
     @property
     def duplicates(self) -> int:
@@ -100,19 +105,8 @@ class FleetReport:
         return [job for job in self.jobs if job not in self.turned_away and self.effects.get(job, 0) != 1]
 
     def violated(self) -> set[str]:
-        """The models' invariants this real run broke, by name."""
-        broken = set()
-        if self.duplicates:
-            broken.add("no_duplicate_writes")
-        if self.released_while_effect_exists:
-            broken.add("no_release_while_effect_exists")
-        if self.released_while_attempt_running:
-            broken.add("no_early_release")
-        if self.units_freed_twice:
-            broken.add("capacity_conserved")
-        if self.unsettled or self.timed_out:
-            broken.add("everything_settles")
-        return broken
+        """The models' invariants this real run broke, by name (a run that timed out did not settle)."""
+        return set(self.broken) | ({"everything_settles"} if self.timed_out else set())
 
     def summary(self) -> str:
         return (
@@ -130,9 +124,15 @@ class _Attempt:
     job: str
     number: int
     owner: str
+    """Its identity at the ledger and the destination (the job itself for shared identities)."""
     fault: str
     commit: CommitResult | None = None
     crashed: bool = False
+
+    @property
+    def handle(self) -> str:
+        """Its own name in the run's facts: unique per attempt even when identities are shared."""
+        return f"{self.job}#a{self.number}"
 
 
 class Fleet:
@@ -156,7 +156,9 @@ class Fleet:
         self.policy = policy
         self.ledger = Ledger(capacity)
         self.destination = TicketService(policy.guards)
-        self.janitor = Janitor(self.ledger, self.destination, policy)
+        self.run_facts = LiveRun(capacity, jobs=[])
+        """What fence saw happen, judged by the invariants (calls under self._lock)."""
+        self.janitor = Janitor(self.ledger, self.run_facts.janitor_destination(self.destination), policy)
         self.workers = workers
         self.lease = lease
         self.slow_for = slow_for
@@ -175,8 +177,6 @@ class Fleet:
         """Owners of attempts whose worker has not returned yet."""
         self._given_up: set[str] = set()
         self._turned_away: list[str] = []
-        self._released_with_effect = 0
-        self._released_running = 0
         self._late_refused = 0
         self._agent_runs = 0
         self.errors: list[str] = []
@@ -221,21 +221,27 @@ class Fleet:
         self._stop.set()
         for thread in threads:
             thread.join(self.slow_for + 5)
-        effects = Counter(e.key for e in self.destination.effects())
-        return FleetReport(
-            policy=self.policy.name,
-            jobs=list(jobs),
-            effects={job: effects.get(job, 0) for job in jobs},
-            released_while_effect_exists=self._released_with_effect,
-            released_while_attempt_running=self._released_running,
-            late_commits_refused=self._late_refused,
-            attempts=sum(self._attempt_counts.values()),
-            agent_runs=self._agent_runs,
-            units_freed_twice=sum(1 for n in self.ledger.units_freed.values() if n > 1),
-            events=list(self._events),
-            timed_out=timed_out,
-            turned_away=list(self._turned_away),
-        )
+        with self._lock:
+            facts = self.run_facts
+            # A job turned away for want of quota owes no effect; every other one owes exactly one.
+            facts.jobs = [job for job in jobs if job not in self._turned_away]
+            judgements = facts.judgements
+            freed_twice = [m for m in facts.observer.reservations.values() if m.times_freed > 1]
+            return FleetReport(
+                policy=self.policy.name,
+                jobs=list(jobs),
+                effects={job: facts.effects(job) for job in jobs},
+                released_while_effect_exists=sum(1 for j in judgements if j.effect_existed),
+                released_while_attempt_running=sum(1 for j in judgements if j.owner_could_still_write),
+                late_commits_refused=self._late_refused,
+                attempts=sum(self._attempt_counts.values()),
+                agent_runs=self._agent_runs,
+                units_freed_twice=len(freed_twice),
+                events=list(self._events),
+                timed_out=timed_out,
+                turned_away=list(self._turned_away),
+                broken=facts.judge(),
+            )
 
     def _finished(self, jobs: list[str]) -> bool:
         with self._lock:
@@ -272,15 +278,14 @@ class Fleet:
             reservation = result
             what = f"{reservation.reservation_id}: lease expired -> {reservation.state.value}"
         self._note("janitor", what)
-        if reservation.state is not ReservationState.UNUSED:
+        if isinstance(result, Settlement):
+            judgement = self.run_facts.settled(reservation.reservation_id, reservation.state)
+        else:
+            judgement = self.run_facts.expired(
+                reservation.reservation_id, freed=reservation.state is ReservationState.UNUSED
+            )
+        if judgement is None:
             return
-        if self.destination.lookup(reservation.key):
-            self._released_with_effect += 1
-        if reservation.owner in self._running and (
-            self.destination.attempt_state(reservation.owner) is not AttemptState.ABANDONED
-        ):
-            # Freed while its attempt is still running and can still write.
-            self._released_running += 1
         job = reservation.key
         if self._attempt_counts[job] >= self.max_attempts:
             self._given_up.add(job)
@@ -311,6 +316,10 @@ class Fleet:
         finally:
             with self._lock:
                 self._running.discard(attempt.owner)
+                if self.run_facts.attempts[attempt.handle].phase in ALIVE_PHASES:
+                    # The worker stopped without finishing (its agent failed): it reports and writes
+                    # nothing more, which is a crash as far as anyone outside can tell.
+                    self.run_facts.crashed(attempt.handle)
 
     def _reserve(self, name: str, job: str) -> _Attempt | None:
         while not self._stop.is_set():
@@ -329,11 +338,16 @@ class Fleet:
                 if reservation is not None:
                     self._attempt_counts[job] = number
                     self._running.add(owner)
-                    self.destination.register(owner, job)
                     fault = self._faults.get(job, "none") if number == 1 else "none"
+                    attempt = _Attempt(job, number, owner, fault)
+                    self.run_facts.reserved(
+                        attempt.handle, job, reservation.reservation_id, reservation.deadline, identity=owner
+                    )
+                    self.destination.register(owner, job)
+                    self.run_facts.started(attempt.handle)
                     self._note(name, f"{reservation.reservation_id} reserved by {owner}"
                                + (f" (fault: {fault})" if fault != "none" else ""))
-                    return _Attempt(job, number, owner, fault)
+                    return attempt
             time.sleep(self.tick)
         return None
 
@@ -345,13 +359,18 @@ class Fleet:
             """Create the support ticket for the job's idempotency key."""
             if attempt.fault == "slow":
                 time.sleep(fleet.slow_for)
+            payload = f"ticket for {key}"
             with fleet._lock:
-                attempt.commit = fleet.destination.commit(attempt.owner, key, f"ticket for {key}")
+                fleet.run_facts.commit_sent(attempt.handle, payload)
+                attempt.commit = fleet.destination.commit(attempt.owner, key, payload)
+                fleet.run_facts.commit_answered(attempt.handle, attempt.commit, fleet.destination.effects())
                 if attempt.commit.refused:
                     fleet._late_refused += 1
                 fleet._note(name, f"{attempt.owner} commit {key}: {attempt.commit.value}")
-            if attempt.fault == "crash":
-                attempt.crashed = True
+                if attempt.fault == "crash":
+                    attempt.crashed = True
+                    fleet.run_facts.crashed(attempt.handle)
+            if attempt.crashed:
                 raise WorkerCrashed(f"{attempt.owner} died after its effect landed")
             return f"ticket {key}: {attempt.commit.value}"
 
@@ -370,17 +389,18 @@ class Fleet:
         if attempt.crashed:
             self._note(name, f"{attempt.owner} crashed before confirming")
             return
-        if attempt.commit is None or attempt.commit in (CommitResult.ABANDONED, CommitResult.CONFLICT):
-            return  # refused by a guard: the janitor owns that reservation now
+        move = CONFIRM_MOVES.get(attempt.commit)
+        if move is None:
+            return  # refused by a guard (or never sent): the janitor owns that reservation now
         with self._lock:
             try:
-                if attempt.commit is CommitResult.WRITTEN:
-                    moved = self.ledger.confirm(attempt.job, attempt.owner)
-                else:
-                    moved = self.ledger.confirm_existing(attempt.job, attempt.owner)
-                self._note(name, f"{moved.reservation_id} {moved.state.value} by {attempt.owner}")
+                moved = self.ledger.owner_move(attempt.job, attempt.owner, move)
             except (StaleAttempt, IllegalMove) as error:
+                self.run_facts.confirm_refused(attempt.handle)
                 self._note(name, f"{attempt.owner} confirm refused: {error}")
+                return
+            self.run_facts.confirmed(attempt.handle, attempt.commit)
+            self._note(name, f"{moved.reservation_id} {moved.state.value} by {attempt.owner}")
 
 
 
