@@ -296,6 +296,8 @@ def cmd_fleet(args) -> int:
             failures.append(f"{result.policy}: not every job finished within {args.time_limit:g}s")
         if result.policy in SAFE_POLICIES and found.duplicates:
             failures.append(f"{result.policy}: {found.duplicates} duplicate write(s) under a safe policy")
+        if result.policy in SAFE_POLICIES and found.broken:
+            failures += [f"{result.policy}: invariant {name} broken: {how}" for name, how in found.broken.items()]
         if result.restart_error:
             failures.append(f"{result.policy}: {result.restart_error}")
     lines = [

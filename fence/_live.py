@@ -29,12 +29,13 @@ the order fence records is the order it judges.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from fence._destination import CommitResult, Effect
 from fence._invariants import INVARIANTS
 from fence._ledger import Move, ReservationState
-from fence._observer import ObservedDestination, Observer, ReleaseJudgement
+from fence._observer import ObservedDestination, Observer, ProtocolBroken, ReleaseJudgement
 from fence._worker import UNSENT_PHASES, Phase, WorkerMove, can_still_write, confirm_move, hearing, next_phase
 
 FREEING_MOVES = {Move.EXPIRE_AND_RELEASE, Move.SETTLE_UNUSED}
@@ -61,6 +62,8 @@ class LiveAttempt:
     phase: Phase = Phase.RESERVED
     commit_in_flight: bool = False
     wrote: bool = False
+    answer: CommitResult | None = None
+    """The destination's answer to its commit, once the worker heard it."""
 
 
 class LiveRun:
@@ -124,9 +127,15 @@ class LiveRun:
             self.observer.reach("commit_after_expiry")
 
     def commit_answered(self, handle: str, result: CommitResult, record: list[Effect]) -> list[Effect]:
-        """The destination answered; ``record`` is its effects() read with the commit, under the same lock."""
+        """The destination answered; ``record`` is its effects() read with the commit, under the same lock.
+
+        The writes the record gained are this commit's. An engine that cannot
+        read the record atomically with the commit (processes) calls
+        ``sync_writes`` first, which hands each write to the attempt it names.
+        """
         attempt = self.attempts[handle]
         attempt.commit_in_flight = False
+        attempt.answer = result
         written = self.observer.commit_answered(
             handle, attempt.identity, attempt.reservation_id, attempt.key, attempt.payload, result, record
         )
@@ -134,17 +143,63 @@ class LiveRun:
         attempt.phase = next_phase(attempt.phase, hearing(result))
         return written
 
+    def sync_writes(self, record: list[Effect], final: bool = False) -> None:
+        """Take in writes the destination's record shows and fence has not seen, each as its own attempt's.
+
+        For engines that learn of a commit only after the fact (a child process
+        reports it): each new write goes to the latest attempt with the identity
+        the write carries, so a write whose report is late, or never comes (its
+        worker was killed just after the commit), is counted before the next
+        janitor fact is judged. Writes are matched, not counted by position: on
+        PostgreSQL two concurrent commits can become visible out of their
+        sequence order. A write by an attempt whose reserve has not been
+        reported yet waits for the next look (its worker's reports are on their
+        way); at the ``final`` look it is a broken protocol.
+        """
+        # Matched by what was written, as a multiset: a record's numbering is
+        # its reading order, which a late-visible commit shifts.
+        seen = Counter((e.key, e.attempt_id, e.payload) for e in self.observer.effects)
+        for effect in record:
+            write = (effect.key, effect.attempt_id, effect.payload)
+            if seen[write] > 0:
+                seen[write] -= 1
+                continue
+            attempt = self._writer_of(effect, final)
+            if attempt is None:
+                continue
+            self.observer.write_landed(effect, attempt.handle, attempt.identity, attempt.reservation_id)
+            attempt.wrote = True
+
+    def _writer_of(self, effect: Effect, final: bool) -> LiveAttempt | None:
+        named = [a for a in self.attempts.values() if a.identity == effect.attempt_id and a.key == effect.key]
+        if not named and not final:
+            return None
+        if not named:
+            raise ProtocolBroken(
+                f"the destination recorded a write for {effect.key} by {effect.attempt_id}, "
+                "which no attempt of this run is"
+            )
+        return named[-1]
+
     def commit_unknown(self, handle: str) -> None:
         """The commit's answer never came back (a dropped connection): the worker stops there."""
         attempt = self.attempts[handle]
         attempt.commit_in_flight = False  # landed or not, nothing more of it can land later
         attempt.phase = next_phase(attempt.phase, WorkerMove.CRASH)
 
-    def confirmed(self, handle: str, result: CommitResult) -> None:
-        """The ledger accepted the worker's confirm for ``result`` (the answer-to-confirm rule)."""
+    def confirmed(self, handle: str, result: CommitResult | None = None) -> None:
+        """The ledger accepted the worker's confirm for ``result`` (default: the answer it heard)."""
         attempt = self.attempts[handle]
         attempt.phase = next_phase(attempt.phase, WorkerMove.CONFIRM)
-        self.observer.owner_move_accepted(handle, attempt.reservation_id, attempt.key, confirm_move(result))
+        move = confirm_move(result or attempt.answer)
+        self.observer.owner_move_accepted(handle, attempt.reservation_id, attempt.key, move)
+
+    def confirm_landed_unreported(self, handle: str) -> None:
+        """The worker sent its confirm and was killed before it could say the ledger accepted it;
+        the engine knows it did (no janitor moved the reservation, and the ledger shows it settled).
+        The mirror follows the confirm; the worker stays crashed."""
+        attempt = self.attempts[handle]
+        self.observer.owner_move_accepted(handle, attempt.reservation_id, attempt.key, confirm_move(attempt.answer))
 
     def confirm_refused(self, handle: str) -> None:
         attempt = self.attempts[handle]

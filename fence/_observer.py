@@ -243,21 +243,7 @@ class Observer:
             )
         written = record[len(self.effects):]
         for effect in written:
-            self.effects.append(effect)
-            self.effects_per_key[effect.key] += 1
-            self.first_payload.setdefault(effect.key, effect.payload)
-            if self.effects_per_key[effect.key] == 2:
-                self.findings.add("no_duplicate_writes", f"{effect.key} was written 2 times")
-            if self.released(reservation_id):
-                self.findings.add(
-                    "no_early_release",
-                    f"{attempt}'s effect landed after its reservation {reservation_id} was given back",
-                )
-            elif identity in self.abandoned:
-                self.findings.add(
-                    "no_early_release",
-                    f"{attempt}'s effect landed after the destination answered 'abandoned' for {identity}",
-                )
+            self.write_landed(effect, attempt, identity, reservation_id)
         if not written and result is CommitResult.ALREADY_EXISTS:
             recorded = self.first_payload.get(key)
             if recorded is not None and recorded != payload:
@@ -266,6 +252,24 @@ class Observer:
                     f"{attempt} was told its ticket exists, but {key}'s ticket says '{recorded}', not '{payload}'",
                 )
         return written
+
+    def write_landed(self, effect: Effect, attempt: str, identity: str, reservation_id: str) -> None:
+        """One write seen in the destination's record, made by ``attempt``: judge invariants 1 and 3."""
+        self.effects.append(effect)
+        self.effects_per_key[effect.key] += 1
+        self.first_payload.setdefault(effect.key, effect.payload)
+        if self.effects_per_key[effect.key] == 2:
+            self.findings.add("no_duplicate_writes", f"{effect.key} was written 2 times")
+        if self.released(reservation_id):
+            self.findings.add(
+                "no_early_release",
+                f"{attempt}'s effect landed after its reservation {reservation_id} was given back",
+            )
+        elif identity in self.abandoned:
+            self.findings.add(
+                "no_early_release",
+                f"{attempt}'s effect landed after the destination answered 'abandoned' for {identity}",
+            )
 
     # -- the end of a run --------------------------------------------------------------
     def unsettled(self) -> list[MirroredReservation]:

@@ -55,8 +55,11 @@ from typing import Any, Callable, Iterator
 from fence._destination import AttemptState, CommitResult
 from fence._errors import BackendError, BadInput, CapacityExhausted, IllegalMove, StaleAttempt
 from fence._janitor import Janitor
-from fence._ledger import Move, ReservationState
+from fence._ledger import ReservationState
+from fence._live import LiveRun
+from fence._observer import ObservedDestination, ReleaseJudgement
 from fence._policies import POLICIES, Decision
+from fence._worker import ALIVE_PHASES, CONFIRM_MOVES
 from fence._realclock import (
     CRASH_POLICIES,
     DELAYED_POLICIES,
@@ -190,7 +193,7 @@ def attempt(db: Reconnecting, link: Link, key: str, attempt_id: str, lease: floa
     while True:
         began = time.monotonic()
         try:
-            db.backend.ledger.reserve(key, attempt_id, None, lease)
+            reservation = db.backend.ledger.reserve(key, attempt_id, None, lease)
             break
         except CapacityExhausted:
             time.sleep(0.005)
@@ -201,20 +204,24 @@ def attempt(db: Reconnecting, link: Link, key: str, attempt_id: str, lease: floa
             db.reopen()
             current = db.retry(lambda b: b.ledger.current(key))
             if current is not None and current.owner == attempt_id:
+                reservation = current
                 break  # the reserve landed before the connection dropped
-    link.send("reserved", latency=time.monotonic() - began, waited=time.monotonic() - asked)
+    link.send("reserved", latency=time.monotonic() - began, waited=time.monotonic() - asked,
+              key=key, reservation=reservation.reservation_id, deadline=reservation.deadline)
     db.retry(lambda b: b.destination.register(attempt_id, key))
+    link.send("registered")
     time.sleep(work)
     if crash == "before-effect":
         link.send("point", point=crash)
         link.order()
-    link.send("committing")
+    payload = f"ticket for {key}"
+    link.send("committing", payload=payload)
     try:
         if crash == "in-flight":
             with _held_open(db.backend.store, link):
-                result = db.backend.destination.commit(attempt_id, key, f"ticket for {key}")
+                result = db.backend.destination.commit(attempt_id, key, payload)
         else:
-            result = db.backend.destination.commit(attempt_id, key, f"ticket for {key}")
+            result = db.backend.destination.commit(attempt_id, key, payload)
     except DATABASE_ERRORS as error:
         # Did it land? Nobody here can know: stop, and leave the lease to the janitor.
         link.send("done", outcome="commit unknown", reason=type(error).__name__)
@@ -224,13 +231,11 @@ def attempt(db: Reconnecting, link: Link, key: str, attempt_id: str, lease: floa
     if crash == "after-effect":
         link.send("point", point=crash)
         link.order()
-    if result is CommitResult.WRITTEN:
-        move = Move.CONFIRM
-    elif result is CommitResult.ALREADY_EXISTS:
-        move = Move.CONFIRM_EXISTING
-    else:
+    move = CONFIRM_MOVES.get(result)
+    if move is None:  # a refusal: give up (fence._worker's answer-to-confirm rule)
         link.send("done", outcome="gave up", reason=result.value)
         return
+    link.send("confirming")  # if we are killed before the answer, the parent knows a confirm may have landed
     while True:
         try:
             moved = db.backend.ledger.owner_move(key, attempt_id, move)
@@ -243,7 +248,8 @@ def attempt(db: Reconnecting, link: Link, key: str, attempt_id: str, lease: floa
             db.reopen()
             current = db.retry(lambda b: b.ledger.current(key))
             if current is not None and current.owner == attempt_id and current.state in SETTLED:
-                link.send("done", outcome=current.state.value)
+                # Settled, by our confirm or by a janitor's settle: the parent tells which.
+                link.send("done", outcome=current.state.value, reconnected=True)
                 return
 
 
@@ -270,30 +276,30 @@ def janitor_main(connection, url: str, capacity: int, policy_name: str, name: st
     policy = POLICIES[policy_name]
     pending: set[str] = set()
     held_reported: set[str] = set()
+    reporter = _AbandonReporter(link)
     link.send("ready", pid=os.getpid())
 
-    def released(reservation) -> None:
-        destination = db.backend.destination
-        abandoned = policy.guards.witness and destination.attempt_state(reservation.owner) is AttemptState.ABANDONED
-        link.send("release", reservation=reservation.reservation_id, key=reservation.key,
-                  owner=reservation.owner, effect_existed=destination.lookup(reservation.key),
-                  abandoned=bool(abandoned))
-
     def adopt() -> None:
-        """After a reconnect: the leases this janitor claimed and has not settled."""
+        """After a reconnect: the leases this janitor claimed and has not settled.
+
+        Each is reported again: a claim made just before the connection dropped
+        may never have reached the parent, which then learns of it here.
+        """
         ledger = db.backend.ledger
-        pending.update(r.reservation_id for r in ledger.reservations()
-                       if r.state is ReservationState.OUTCOME_UNKNOWN and ledger.claimed_by(r.reservation_id) == name)
+        for r in ledger.reservations():
+            if r.state is ReservationState.OUTCOME_UNKNOWN and ledger.claimed_by(r.reservation_id) == name:
+                if r.reservation_id not in pending:
+                    link.send("adopted", reservation=r.reservation_id)
+                pending.add(r.reservation_id)
 
     try:
         while not link.stop_asked():
             try:
-                janitor = Janitor(db.backend.ledger, db.backend.destination, policy)
+                destination = ObservedDestination(db.backend.destination, reporter)
+                janitor = Janitor(db.backend.ledger, destination, policy)
                 for reservation in janitor.claim(None, name):
                     link.send("expiry", reservation=reservation.reservation_id, state=reservation.state.value)
-                    if reservation.state is ReservationState.UNUSED:
-                        released(reservation)
-                    else:
+                    if reservation.state is not ReservationState.UNUSED:
                         pending.add(reservation.reservation_id)
                 for rid in sorted(pending):
                     try:
@@ -309,8 +315,6 @@ def janitor_main(connection, url: str, capacity: int, policy_name: str, name: st
                     pending.discard(rid)
                     link.send("settle", reservation=rid, state=settlement.reservation.state.value,
                               evidence=settlement.evidence.describe())
-                    if settlement.released:
-                        released(settlement.reservation)
             except DATABASE_ERRORS:
                 db.reopen()
                 db.retry(lambda _: adopt())
@@ -318,6 +322,16 @@ def janitor_main(connection, url: str, capacity: int, policy_name: str, name: st
             time.sleep(poll)
     finally:
         db.close()
+
+
+class _AbandonReporter:
+    """The janitor process's end of ObservedDestination: each abandon answer goes to the parent as a fact."""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+
+    def abandon_answered(self, identity: str, answer: AttemptState | None) -> None:
+        self.link.send("abandon", identity=identity, answer=None if answer is None else answer.value)
 
 
 # -- the parent side --------------------------------------------------------------------
@@ -377,14 +391,22 @@ class Hands:
                 continue
             yield child, kind, t, data
 
-    def kill(self, child: Child) -> float:
-        """SIGKILL, and reap: the moment it was sent."""
+    def kill(self, child: Child) -> tuple[float, list[tuple[str, float, dict]]]:
+        """SIGKILL, and reap: the moment it was sent, and what the child reported before it died.
+
+        Those last reports are facts too (a reserve or a commit that landed just
+        before the kill); the pipe keeps them after the process is gone.
+        """
         t = time.monotonic()
         os.kill(child.pid, signal.SIGKILL)
         child.process.join(10)
         child.alive = False
+        last_words = []
+        with contextlib.suppress(EOFError, OSError):
+            while child.connection.poll():
+                last_words.append(child.connection.recv())
         child.connection.close()
-        return t
+        return t, last_words
 
     def close(self) -> None:
         for child in self.children:
@@ -402,10 +424,206 @@ class Hands:
         self.children = []
 
 
-# -- the audit (after the drain) ---------------------------------------------------------
+# -- the parent's record of facts, and the audit after the drain ---------------------------
+def record_fact(run: LiveRun, handle: str | None, kind: str, data: dict, ledger_and_effects) -> ReleaseJudgement | None:
+    """One child's report, written down as a fact of the run (fence._live); a release comes back judged.
+
+    ``ledger_and_effects()`` gives the parent's (ledger, destination): the
+    destination's effects record is read before every fact that is judged
+    against the writes (a commit's answer, a janitor's move), because a child
+    reports a commit only after it landed.
+    """
+    if kind == "reserved":
+        if handle not in run.attempts:  # else already learned from the ledger (CausalFacts)
+            run.reserved(handle, data["key"], data["reservation"], data["deadline"])
+    elif kind == "registered":
+        run.started(handle)
+    elif kind == "committing":
+        run.commit_sent(handle, data["payload"])
+    elif kind == "committed":
+        # The writes go to their attempts by the identity each carries (sync_writes);
+        # the answer itself adds none, so a write is never credited to the wrong commit.
+        run.sync_writes(ledger_and_effects()[1].effects())
+        run.commit_answered(handle, CommitResult(data["result"]), list(run.observer.effects))
+    elif kind == "done" and handle in run.attempts:
+        _record_done(run, handle, data)
+    elif kind == "killed":
+        _killed(run, handle)
+    elif kind == "abandon":
+        answer = None if data["answer"] is None else AttemptState(data["answer"])
+        run.observer.abandon_answered(data["identity"], answer)
+    elif kind in ("expiry", "adopted", "settle"):
+        ledger, destination = ledger_and_effects()
+        run.sync_writes(destination.effects())
+        rid = data["reservation"]
+        if rid not in run.owner_of:
+            learn_reserve(run, ledger.get(rid), dead=True)
+        if kind == "expiry":
+            return run.expired(rid, freed=data["state"] == ReservationState.UNUSED.value)
+        if kind == "settle":
+            return run.settled(rid, ReservationState(data["state"]))
+        if run.observer.reservations[rid].state is ReservationState.RESERVED:
+            run.expired(rid, freed=False)  # adopted after a reconnect: its claim never reached us
+    return None
+
+
+def _record_done(run: LiveRun, handle: str, data: dict) -> None:
+    outcome = data["outcome"]
+    if outcome in {state.value for state in SETTLED}:
+        attempt = run.attempts[handle]
+        mirror = run.observer.reservations[attempt.reservation_id]
+        # After a reconnect the worker found its reservation settled, by its own
+        # confirm or by a janitor: a janitor only settles as confirmed_existing,
+        # and a janitor's settle the parent heard of has already moved the mirror.
+        janitors = data.get("reconnected") and (
+            mirror.state not in OPEN
+            or (outcome == ReservationState.CONFIRMED_EXISTING.value and attempt.answer is CommitResult.WRITTEN)
+        )
+        if janitors:
+            run.confirm_refused(handle)
+        else:
+            run.confirmed(handle)
+    elif outcome == "confirm refused":
+        run.confirm_refused(handle)
+    elif outcome == "commit unknown":
+        run.commit_unknown(handle)
+    # "gave up": the refusal it heard already ended it; "reserve refused": it never held a unit
+
+
+def learn_reserve(run: LiveRun, reservation, dead: bool) -> None:
+    """A reserve whose report has not arrived (and, if its worker was killed just after, never will).
+
+    Only the ledger can say that it exists and who made it. A worker fence
+    killed is recorded as crashed; a live one's own reports follow (its
+    "reserved", when it comes, is then not recorded twice).
+    """
+    run.reserved(reservation.owner, reservation.key, reservation.reservation_id, reservation.deadline)
+    if dead:
+        run.crashed(reservation.owner)
+
+
+class CausalFacts:
+    """Many children's reports, recorded in an order the database's causality allows.
+
+    Each child's pipe keeps its own reports in order, but the parent reads the
+    pipes one after another, so a retry's "reserved" can be read before the
+    janitor's report of the release that made it possible, and a janitor's
+    expiry before the "reserved" of the lease it expired (a worker killed
+    between its reserve and its report never sends one). Timestamps cannot fix
+    that soundly on a busy machine; causality can:
+
+    * each child's reports stay in their order (one waits, the rest of that
+      child's wait behind it);
+    * a "reserved" for a key waits while fence still sees the key held: the
+      ledger gave the unit only after the release, whose report is on its way.
+      Before that, every earlier attempt the parent sent for the key that has
+      not reported its reserve is looked up in the ledger (``learn_reserve``),
+      so a reserve whose report was lost still holds the key in fence's mirror;
+    * a janitor's report on a reservation fence has not heard of is preceded
+      by that reservation, learned from the ledger the same way.
+    """
+
+    def __init__(self, db: Reconnecting, run: LiveRun, sent_for: Callable[[str], list[str]]) -> None:
+        self.db = db
+        self.run = run
+        self.sent_for = sent_for
+        """The attempts the parent has sent for a key, oldest first."""
+        self.dead: set[str] = set()
+        """Attempts whose worker fence killed (or that exited)."""
+        self.looked_up: set[str] = set()
+        self.confirming: set[str] = set()
+        """Attempts that sent their confirm and have not reported its answer."""
+        self.waiting: list[tuple[str, str | None, str, dict]] = []
+
+    def add(self, source: str, handle: str | None, kind: str, data: dict) -> None:
+        """One report from child ``source`` (about attempt ``handle``); recorded as soon as causality allows."""
+        if kind == "killed" and handle is not None:
+            self.dead.add(handle)
+        self.waiting.append((source, handle, kind, data))
+        self._flush()
+
+    def finish(self) -> None:
+        """The end of the run, once every janitor's pipe was read to its end.
+
+        A worker killed between sending its confirm and reporting the answer
+        leaves only the ledger knowing whether the confirm landed; with every
+        janitor report in, a reservation fence still sees open that the ledger
+        shows settled was settled by that confirm. Whatever still waits is then
+        recorded as is, and the observer judges it.
+        """
+        self._flush()
+        for handle in sorted(self.confirming):
+            attempt = self.run.attempts.get(handle)
+            if attempt is None or self.run.observer.reservations[attempt.reservation_id].state not in OPEN:
+                continue
+            state = self._read(lambda ledger: ledger.get(attempt.reservation_id).state)
+            if state in SETTLED:
+                self.run.confirm_landed_unreported(handle)
+        for _, handle, kind, data in self.waiting:
+            self._record(handle, kind, data)
+        self.waiting = []
+
+    def _ready(self, handle: str | None, kind: str, data: dict) -> bool:
+        if kind == "reserved" and handle not in self.run.attempts:
+            self._learn_earlier_attempts(data["key"], handle)
+            return not self.run.observer.holding_for(data["key"])
+        if kind in ("expiry", "settle", "adopted") and data["reservation"] not in self.run.owner_of:
+            reservation = self._read(lambda ledger: ledger.get(data["reservation"]))
+            learn_reserve(self.run, reservation, dead=reservation.owner in self.dead)
+        return True
+
+    def _learn_earlier_attempts(self, key: str, handle: str) -> None:
+        earlier = self.sent_for(key)
+        earlier = earlier[: earlier.index(handle)] if handle in earlier else earlier
+        unknown = [h for h in earlier if h not in self.run.attempts and h not in self.looked_up]
+        if not unknown:
+            return
+        self.looked_up.update(unknown)
+        for reservation in self._read(lambda ledger: ledger.reservations()):
+            if reservation.owner in unknown and reservation.reservation_id not in self.run.owner_of:
+                learn_reserve(self.run, reservation, dead=reservation.owner in self.dead)
+
+    def _flush(self) -> None:
+        progress = True
+        while progress:
+            progress = False
+            blocked: set[str] = set()
+            for item in list(self.waiting):
+                source, handle, kind, data = item
+                if source in blocked or not self._ready(handle, kind, data):
+                    blocked.add(source)
+                    continue
+                self.waiting.remove(item)
+                if kind == "confirming":
+                    self.confirming.add(handle)
+                elif kind == "done":
+                    self.confirming.discard(handle)
+                self._record(handle, kind, data)
+                progress = True
+
+    def _record(self, handle: str | None, kind: str, data: dict) -> ReleaseJudgement | None:
+        # record_fact reads before it writes a fact down: after a dropped
+        # connection the second try records it once.
+        while True:
+            try:
+                return record_fact(self.run, handle, kind, data, lambda: (self.db.backend.ledger, self.db.backend.destination))
+            except DATABASE_ERRORS:
+                self.db.reopen()
+
+    def _read(self, call):
+        return self.db.retry(lambda backend: call(backend.ledger))
+
+
+def _killed(run: LiveRun, handle: str | None) -> None:
+    """A SIGKILL: an open commit transaction is rolled back, so nothing of it can land later."""
+    attempt = run.attempts.get(handle) if handle else None
+    if attempt is not None and attempt.phase in ALIVE_PHASES:
+        run.crashed(handle)
+
+
 @dataclass
 class Audit:
-    """What the database says once nothing is running."""
+    """What fence's facts say once nothing is running (judged on the run, never read from the database)."""
 
     effects: dict[str, int]
     duplicates: int
@@ -417,9 +635,12 @@ class Audit:
     held: int
     capacity: int
     freed_twice: list[str]
+    broken: dict[str, str] = field(default_factory=dict)
+    """Every invariant the run's facts broke (fence._invariants), with how."""
 
     @property
     def problems(self) -> list[str]:
+        """What a drained run must never show, whatever the policy: lost jobs, stuck or leaked units."""
         found = []
         if self.lost:
             found.append(f"lost jobs (no effect): {', '.join(self.lost[:5])}")
@@ -432,28 +653,27 @@ class Audit:
         return found
 
     def line(self) -> str:
+        broken = ",".join(self.broken) or "none"
         return (f"drain: duplicates={self.duplicates} lost={len(self.lost)} leaked={self.leaked} "
-                f"stuck={len(self.stuck)} held={self.held}/{self.capacity}")
+                f"stuck={len(self.stuck)} held={self.held}/{self.capacity} invariants_broken={broken}")
 
 
-def audit(backend, jobs: list[str]) -> Audit:
-    ledger, destination = backend.ledger, backend.destination
-    effects = {job: 0 for job in jobs}
-    for effect in destination.effects():
-        effects[effect.key] = effects.get(effect.key, 0) + 1
-    reservations = ledger.reservations()
-    stuck = [r.reservation_id for r in reservations if r.state in OPEN]
-    held = ledger.held
-    settled_jobs = sum(1 for job in jobs if (c := ledger.current(job)) is not None and c.state in SETTLED)
+def audit(run: LiveRun, final_effects: list) -> Audit:
+    """The end of a run: take in any write nobody reported, then count and judge from the facts."""
+    run.sync_writes(final_effects, final=True)
+    observer = run.observer
+    effects = {job: observer.effects_per_key[job] for job in run.jobs}
+    settled_jobs = {m.key for m in observer.reservations.values() if m.state in SETTLED}
     return Audit(
         effects=effects,
         duplicates=sum(max(0, n - 1) for n in effects.values()),
-        lost=[job for job in jobs if effects[job] == 0],
-        stuck=stuck,
-        leaked=held - settled_jobs,
-        held=held,
-        capacity=ledger.capacity,
-        freed_twice=[rid for rid, n in ledger.units_freed.items() if n > 1],
+        lost=[job for job in run.jobs if effects[job] == 0],
+        stuck=[m.reservation_id for m in observer.unsettled()],
+        leaked=observer.held - len(settled_jobs),
+        held=observer.held,
+        capacity=observer.capacity,
+        freed_twice=[m.reservation_id for m in observer.reservations.values() if m.times_freed > 1],
+        broken=run.judge(),
     )
 
 
@@ -465,8 +685,10 @@ class ProcessTrial:
     t0: float = field(default_factory=time.monotonic)
     events: list[Event] = field(default_factory=list)
     attempts: dict[str, dict] = field(default_factory=dict)
-    releases: list[dict] = field(default_factory=list)
+    releases: list[tuple[float, ReleaseJudgement]] = field(default_factory=list)
+    """Each release: when the parent learned of it, and what fence's facts said was true then."""
     expiry: float | None = None
+    run: LiveRun = field(default_factory=lambda: LiveRun(1, ["job1"]))
 
     def log(self, lane: str, kind: str, label: str, t: float) -> float:
         t -= self.t0
@@ -499,21 +721,36 @@ def run_trial(url: str, policy_name: str, lease: float, work: float, retry_work:
         launch("job1#1", work, crash)
         deadline = time.monotonic() + timeout
         settled = False
+
+        def both():  # the parent's own reads of the ledger and the destination
+            return backend.ledger, backend.destination
+
         while time.monotonic() < deadline:
             for child, kind, t, data in hands.messages(0.02):
-                lane = "janitor" if child is janitor else f"worker {child.busy}"
-                record = trial.attempts.get(child.busy, {}) if child is not janitor else {}
+                handle = child.busy if child is not janitor else None
+                lane = "janitor" if child is janitor else f"worker {handle}"
+                record = trial.attempts.get(handle, {}) if child is not janitor else {}
+                if kind == "exited" and child is not janitor and not record.get("over"):
+                    raise BackendError(f"{child.name} exited unexpectedly (exit code {data['exitcode']})")
+                if kind == "exited":
+                    raise BackendError(f"the janitor process exited unexpectedly (exit code {data['exitcode']})")
                 if kind == "point":
-                    record["crashed_at"] = trial.log(lane, "crash", f"SIGKILL {data['point']}", hands.kill(child))
+                    killed_at, last_words = hands.kill(child)
+                    for last_kind, _, last_data in last_words:
+                        record_fact(trial.run, handle, last_kind, last_data, both)
+                    _killed(trial.run, handle)
+                    record["crashed_at"] = trial.log(lane, "crash", f"SIGKILL {data['point']}", killed_at)
                     record["over"] = True
-                elif kind == "reserved":
+                    continue
+                judgement = record_fact(trial.run, handle, kind, data, both)
+                if kind == "reserved":
                     record["reserved_at"] = trial.log(lane, "reserve", "reserves job1", t)
                 elif kind == "committing":
                     record["committing_at"] = trial.log(lane, "work", "sends its commit", t)
                 elif kind == "committed":
                     record["result"] = data["result"]
                     kind_ = "effect" if data["result"] == CommitResult.WRITTEN.value else "refused"
-                    record["commit_at"] = trial.log("destination", kind_, f"{child.busy} {data['result']}", t)
+                    record["commit_at"] = trial.log("destination", kind_, f"{handle} {data['result']}", t)
                 elif kind == "done":
                     record["over"], record["outcome"] = True, data["outcome"]
                     trial.log(lane, "confirm", data["outcome"], t)
@@ -522,35 +759,17 @@ def run_trial(url: str, policy_name: str, lease: float, work: float, retry_work:
                     trial.expiry = at if trial.expiry is None else trial.expiry
                 elif kind in ("settle", "hold"):
                     trial.log("janitor", kind, f"{data['reservation']} ({data['evidence']})", t)
-                elif kind == "release":
-                    data["t"] = trial.log("janitor", "release", f"{data['reservation']}'s unit returns", t)
-                    trial.releases.append(data)
+                if judgement is not None:
+                    released_at = trial.log("janitor", "release", f"{judgement.reservation_id}'s unit returns", t)
+                    trial.releases.append((released_at, judgement))
                     launch(f"job1#{len(trial.attempts) + 1}", retry_work, None)
-                elif kind == "exited" and child is not janitor and not record.get("over"):
-                    raise BackendError(f"{child.name} exited unexpectedly (exit code {data['exitcode']})")
-                elif kind == "exited":
-                    raise BackendError(f"the janitor process exited unexpectedly (exit code {data['exitcode']})")
-            if all(a.get("over") for a in trial.attempts.values()):
-                reservations = backend.ledger.reservations()
-                unused = sum(1 for r in reservations if r.state is ReservationState.UNUSED)
-                if not any(r.state in OPEN for r in reservations) and unused == len(trial.releases):
-                    settled = True
-                    break
-        return trial, audit(backend, ["job1"]), settled
+            if all(a.get("over") for a in trial.attempts.values()) and not trial.run.observer.unsettled():
+                settled = True  # by fence's facts: every attempt over, every reservation settled or freed
+                break
+        return trial, audit(trial.run, backend.destination.effects()), settled
     finally:
         hands.close()
         backend.close()
-
-
-def _early(trial: ProcessTrial, release: dict | None, owner: str) -> bool:
-    """Invariant 3 on a real run: the unit came back while its attempt was alive and could still write."""
-    if release is None or release["abandoned"]:
-        return False
-    record = trial.attempts[owner]
-    if record.get("crashed_at") is not None and record["crashed_at"] <= release["t"]:
-        return False
-    sent = record.get("committing_at")
-    return sent is None or sent > release["t"]
 
 
 def crash_trial(url: str, policy_name: str, crash: str, lease: float, number: int) -> TrialResult:
@@ -558,13 +777,13 @@ def crash_trial(url: str, policy_name: str, crash: str, lease: float, number: in
     trial, found, settled = run_trial(url, policy_name, lease, 0.2 * lease, 0.2 * lease, crash, 10 * lease + 10)
     first = trial.attempts["job1#1"]
     retry = trial.attempts.get("job1#2", {})
-    release = trial.releases[0] if trial.releases else None
+    released_at, release = trial.releases[0] if trial.releases else (None, None)
     effects = found.effects["job1"]
     counts = {
         "effects": effects,
         "duplicates": found.duplicates,
         "released": int(release is not None),
-        "returned_with_effect": int(release is not None and release["effect_existed"]),
+        "returned_with_effect": int(release is not None and release.effect_existed),
         "retried": int(bool(retry)),
         "drain_problems": len(found.problems),
     }
@@ -572,7 +791,7 @@ def crash_trial(url: str, policy_name: str, crash: str, lease: float, number: in
         "expiry": trial.expiry,
         "effect": first.get("commit_at") if first.get("result") == CommitResult.WRITTEN.value else None,
         "crash": first.get("crashed_at"),
-        "released": release["t"] if release else None,
+        "released": released_at,
         "retry": retry.get("commit_at"),
     }
     line = (
@@ -581,7 +800,7 @@ def crash_trial(url: str, policy_name: str, crash: str, lease: float, number: in
         f"retry@{_at(times['retry'])} effects={effects} duplicates={found.duplicates} {found.line()}"
         + "".join(f" PROBLEM: {p}" for p in found.problems)
     )
-    return TrialResult(number, line, counts, times, trial.events, settled)
+    return TrialResult(number, line, counts, times, trial.events, settled, found.broken)
 
 
 CRASH_EXPECTED = {
@@ -610,10 +829,10 @@ def delayed_trial(url: str, policy_name: str, lease: float, number: int) -> Tria
     trial, found, settled = run_trial(url, policy_name, lease, 2.4 * lease, 0.4 * lease, None, 10 * lease + 10)
     old = trial.attempts["job1#1"]
     retry = trial.attempts.get("job1#2", {})
-    release = trial.releases[0] if trial.releases else None
+    released_at, release = trial.releases[0] if trial.releases else (None, None)
     losers = [a for a in trial.attempts.values() if a.get("result") not in (None, CommitResult.WRITTEN.value)]
     wasted = [a["commit_at"] - a["reserved_at"] for a in losers]
-    early = _early(trial, release, "job1#1")
+    early = release is not None and release.owner_could_still_write
     counts = {
         "effects": found.effects["job1"],
         "duplicates": found.duplicates,
@@ -624,7 +843,7 @@ def delayed_trial(url: str, policy_name: str, lease: float, number: int) -> Tria
     }
     times = {
         "expiry": trial.expiry,
-        "released": release["t"] if release else None,
+        "released": released_at,
         "old_commit": old.get("commit_at"),
         "retry": retry.get("commit_at"),
         "wasted": sum(wasted) if wasted else None,
@@ -636,7 +855,7 @@ def delayed_trial(url: str, policy_name: str, lease: float, number: int) -> Tria
         f"loser_wasted={_at(times['wasted']).replace('never', 'none')} {found.line()}"
         + "".join(f" PROBLEM: {p}" for p in found.problems)
     )
-    return TrialResult(number, line, counts, times, trial.events, settled)
+    return TrialResult(number, line, counts, times, trial.events, settled, found.broken)
 
 
 def delayed_commit(url: str, trials: int, lease: float, progress: Progress = _quiet) -> list[VariantResult]:
@@ -822,6 +1041,12 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
     done: set[str] = set()
     job_of: dict[int, str] = {}
     outcomes: dict[str, int] = {}
+    run = LiveRun(jobs, keys)
+    facts = CausalFacts(parent, run, sent_for=lambda key: [f"{key}#{n}" for n in range(1, tries[key] + 1)])
+
+    def record(child: Child, kind: str, data: dict) -> None:
+        facts.add(child.name, child.busy if child not in team else None, kind, data)
+
     try:
         team = [hands.spawn(f"janitor-{n}", janitor_main, url, jobs, policy_name, f"janitor-{n}", FLEET_JANITOR_POLL)
                 for n in range(1, janitors + 1)]
@@ -846,6 +1071,7 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
             key = job_of.pop(id(child), None)
             if key is not None:
                 in_doubt.add(key)
+            facts.add(child.name, child.busy, "killed", {})  # after whatever it reported before dying
             crew.remove(child)
             crew.append(hands.spawn(f"worker-{len(hands.children) + 1}", worker_main, url, jobs, policy_name))
 
@@ -861,9 +1087,13 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
                 if child in team:
                     if kind == "exited":
                         raise BackendError(f"{child.name} exited unexpectedly (exit code {data['exitcode']})")
+                    record(child, kind, data)
                     name = f"settled_{data['state']}" if kind == "settle" else kind
                     result.janitor_events[name] = result.janitor_events.get(name, 0) + 1
-                elif kind == "ready":
+                    continue
+                if kind != "exited":
+                    record(child, kind, data)
+                if kind == "ready":
                     child.pid = data["pid"]
                     idle.append(child)
                 elif kind == "reserved":
@@ -890,7 +1120,9 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
                 if victims:
                     kill_due = False  # a due kill waits for a busy worker
                     victim = rng.choice(victims)
-                    hands.kill(victim)
+                    _, last_words = hands.kill(victim)
+                    for last_kind, _, last_data in last_words:
+                        record(victim, last_kind, last_data)
                     result.kills += 1
                     if victim in idle:
                         idle.remove(victim)
@@ -920,6 +1152,8 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
         deadline = time.monotonic() + 3 * lease + 10
         while any(c.busy for c in crew if c.alive) and time.monotonic() < deadline:
             for child, kind, t, data in hands.messages(0.05):
+                if kind != "exited":
+                    record(child, kind, data)
                 if kind == "done":
                     job_of.pop(id(child), None)
                     outcomes[data["outcome"]] = outcomes.get(data["outcome"], 0) + 1
@@ -927,8 +1161,20 @@ def fleet(url: str, policy_name: str, *, workers: int = 8, jobs: int = 2000, lea
                 elif kind == "exited":
                     child.busy = None
         time.sleep(FLEET_JANITOR_POLL * 3)
+        # The janitors stop, and every report they sent is read up to the end of
+        # their pipes: a settle the database already shows may still be on its
+        # way, and the judgement needs it. A time is no substitute on a busy machine.
+        for child in team:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                child.send("stop")
+        deadline = time.monotonic() + 30
+        while any(c.alive for c in team) and time.monotonic() < deadline:
+            for child, kind, t, data in hands.messages(0.1):
+                if kind != "exited":
+                    record(child, kind, data)
+        facts.finish()
         result.outcomes = outcomes
-        result.audit = parent.retry(lambda backend: audit(backend, keys))
+        result.audit = audit(run, parent.retry(lambda backend: backend.destination.effects()))
         return result
     finally:
         hands.close()

@@ -117,6 +117,34 @@ def test_delayed_commit_fenced_retry_wins_and_the_old_process_is_refused(delayed
         assert t["wasted"] == t["old_commit"] - reserved
 
 
+# What INVARIANTS say of each process trial, judged on the facts the parent
+# recorded from its children's reports (fence._live), never on a database read.
+# A SIGKILL in flight rolls the commit back, so it breaks what a crash before
+# the effect breaks: nothing.
+BROKEN_ON_PROCESSES = {
+    ("crash", "POLICY=naive CRASH=after-effect"): {"no_duplicate_writes", "no_release_while_effect_exists", "everything_settles"},
+    ("crash", "POLICY=naive CRASH=in-flight"): set(),
+    ("crash", "POLICY=naive CRASH=before-effect"): set(),
+    ("crash", "POLICY=reconcile CRASH=after-effect"): set(),
+    ("crash", "POLICY=reconcile CRASH=in-flight"): set(),
+    ("crash", "POLICY=reconcile CRASH=before-effect"): set(),
+    ("delayed", "MODE=naive"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
+    ("delayed", "MODE=reconcile"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
+    ("delayed", "MODE=fenced"): {"no_early_release"},
+    ("delayed", "MODE=witness"): set(),
+    ("delayed", "MODE=abandon"): set(),
+}
+
+
+@pytest.mark.realclock
+@pytest.mark.parametrize("experiment, label", list(BROKEN_ON_PROCESSES))
+def test_each_process_trial_breaks_exactly_the_expected_invariants(crash, delayed, experiment, label):
+    """Every process trial is judged by INVARIANTS on its recorded facts, and breaks the same named ones as on threads."""
+    variant = {"crash": crash, "delayed": delayed}[experiment][label]
+    for trial in variant.trials:
+        assert set(trial.broken) == BROKEN_ON_PROCESSES[experiment, label], (trial.line, trial.broken)
+
+
 @pytest.mark.realclock
 def test_a_small_fleet_under_sigkills_loses_nothing(url):
     """Four worker processes, two janitors, 200 jobs, a SIGKILL after every 5th attempt under abandon-fenced: no duplicate, no job lost, no unit leaked, nothing stuck."""
@@ -130,6 +158,9 @@ def test_a_small_fleet_under_sigkills_loses_nothing(url):
     assert result.kills >= 3, "the run must really kill workers"
     assert result.audit.problems == [], result.lines()
     assert len(result.audit.lost) == result.audit.leaked == len(result.audit.stuck) == result.audit.duplicates == 0
+    # Judged by INVARIANTS on the facts the parent recorded from every child's reports.
+    assert result.audit.broken == {}, result.lines()
+    assert result.janitor_events.get("expiry", 0) >= 1, "killed leases must really expire and be settled"
 
 
 def test_bad_backend_input_is_one_line_and_exit_2(tmp_path):
