@@ -147,6 +147,38 @@ def postgres_url():
     subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)
 
 
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def open_implementation(request, tmp_path):
+    """Open a fresh ledger-and-destination pair of one implementation: in memory, SQLite or PostgreSQL.
+
+    One contract, every implementation (trio's generic lock tests): the unit
+    tests of the Ledger and Destination protocols take this fixture, so each
+    runs on all three. Each call empties the backend's tables; a test uses one
+    pair at a time.
+    """
+    from fence.backends import open_backend
+
+    url = {
+        "memory": "memory:",
+        "sqlite": f"sqlite://{tmp_path}/contract.db",
+    }.get(request.param) or request.getfixturevalue("postgres_url")
+    opened = []
+
+    def open_pair(capacity: int = 1, guards=None):
+        from fence._destination import NO_GUARDS
+
+        for earlier in opened:
+            earlier.close()
+        opened.clear()
+        backend = open_backend(url, capacity=capacity, guards=guards or NO_GUARDS, reset=True)
+        opened.append(backend)
+        return backend
+
+    yield open_pair
+    for backend in opened:
+        backend.close()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def backend_url(request, tmp_path):
     """The URL of an empty-to-be backend: a SQLite file in tmp_path, or the session's PostgreSQL."""

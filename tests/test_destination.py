@@ -1,4 +1,8 @@
-"""Unit tests of fence._destination.TicketService under every combination of Guards."""
+"""The Destination protocol's contract under every combination of Guards, on every implementation.
+
+Each test that takes ``open_implementation`` runs on the in-memory TicketService, on
+SQLite and on PostgreSQL (conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ from fence._destination import (
     Destination,
     Effect,
     Guards,
-    TicketService,
 )
 from fence._errors import WitnessRequired
 
@@ -51,26 +54,26 @@ def test_guards_union_turns_on_either_sides_guards():
 
 
 @pytest.mark.parametrize("guards", ALL_GUARDS, ids=_gid)
-def test_ticket_service_satisfies_the_destination_protocol(guards):
+def test_ticket_service_satisfies_the_destination_protocol(open_implementation, guards):
     """TicketService is a Destination and keeps the guards it was given."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert isinstance(service, Destination)
     assert service.guards == guards
 
 
 @pytest.mark.parametrize("guards", ALL_GUARDS, ids=_gid)
-def test_first_write_lands_under_every_guard(guards):
+def test_first_write_lands_under_every_guard(open_implementation, guards):
     """The first commit for a key is WRITTEN, recorded as effect 1 and visible to lookup."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.lookup("job1") is False
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.WRITTEN
     assert service.lookup("job1") is True
     assert service.effects() == [Effect("job1", "job1#1", "ticket", 1)]
 
 
-def test_no_guards_writes_the_same_key_twice():
+def test_no_guards_writes_the_same_key_twice(open_implementation):
     """Without guards two attempts' commits for one key both land as separate effects."""
-    service = TicketService(NO_GUARDS)
+    service = open_implementation(guards=NO_GUARDS).destination
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.WRITTEN
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.WRITTEN
     assert service.effects() == [
@@ -79,9 +82,9 @@ def test_no_guards_writes_the_same_key_twice():
     ]
 
 
-def test_no_guards_writes_even_a_different_payload():
+def test_no_guards_writes_even_a_different_payload(open_implementation):
     """Without guards a second commit with another payload also lands."""
-    service = TicketService(NO_GUARDS)
+    service = open_implementation(guards=NO_GUARDS).destination
     service.commit("job1#1", "job1", "ticket A")
     assert service.commit("job1#2", "job1", "ticket B") is CommitResult.WRITTEN
     assert len(service.effects()) == 2
@@ -89,18 +92,18 @@ def test_no_guards_writes_even_a_different_payload():
 
 @pytest.mark.parametrize("guards", WITH_FENCE, ids=_gid)
 @pytest.mark.parametrize("first, second", [("job1#1", "job1#2"), ("job1#2", "job1#1")], ids=["old-first", "new-first"])
-def test_fence_refuses_the_second_write_whichever_attempt_sends_it(guards, first, second):
+def test_fence_refuses_the_second_write_whichever_attempt_sends_it(open_implementation, guards, first, second):
     """With the fence on, whichever attempt's commit arrives second is refused as ALREADY_EXISTS."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.commit(first, "job1", "ticket") is CommitResult.WRITTEN
     assert service.commit(second, "job1", "ticket") is CommitResult.ALREADY_EXISTS
     assert service.effects() == [Effect("job1", first, "ticket", 1)]
 
 
 @pytest.mark.parametrize("guards", WITH_FENCE, ids=_gid)
-def test_fence_lets_an_old_write_that_arrives_first_win(guards):
+def test_fence_lets_an_old_write_that_arrives_first_win(open_implementation, guards):
     """The fence does not order attempts: a stale attempt's write that lands first is the one kept."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     # job1#2 is the newer attempt, but job1#1's delayed commit reaches the service first.
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.WRITTEN
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.ALREADY_EXISTS
@@ -108,18 +111,18 @@ def test_fence_lets_an_old_write_that_arrives_first_win(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_FENCE, ids=_gid)
-def test_fence_is_per_key(guards):
+def test_fence_is_per_key(open_implementation, guards):
     """The fence refuses only a second write for the same key, not writes for other keys."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.WRITTEN
     assert service.commit("job2#1", "job2", "ticket") is CommitResult.WRITTEN
     assert len(service.effects()) == 2
 
 
 @pytest.mark.parametrize("guards", WITH_FINGERPRINT, ids=_gid)
-def test_fingerprint_refuses_a_different_payload_as_conflict(guards):
+def test_fingerprint_refuses_a_different_payload_as_conflict(open_implementation, guards):
     """With the fingerprint on, a second write with another payload is CONFLICT and writes nothing."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket A")
     result = service.commit("job1#2", "job1", "ticket B")
     assert result is CommitResult.CONFLICT
@@ -129,18 +132,18 @@ def test_fingerprint_refuses_a_different_payload_as_conflict(guards):
 
 
 @pytest.mark.parametrize("guards", [g for g in WITH_FINGERPRINT if not g.fence], ids=_gid)
-def test_fingerprint_without_fence_writes_a_same_payload_again(guards):
+def test_fingerprint_without_fence_writes_a_same_payload_again(open_implementation, guards):
     """The fingerprint alone only refuses a different payload; an identical one from a new attempt lands."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket")
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.WRITTEN
     assert len(service.effects()) == 2
 
 
 @pytest.mark.parametrize("guards", [g for g in WITH_FINGERPRINT if g.fence], ids=_gid)
-def test_fence_and_fingerprint_refuse_same_payload_as_already_exists(guards):
+def test_fence_and_fingerprint_refuse_same_payload_as_already_exists(open_implementation, guards):
     """With fence and fingerprint, an identical second payload is ALREADY_EXISTS, a different one CONFLICT."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket")
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.ALREADY_EXISTS
     assert service.commit("job1#3", "job1", "other") is CommitResult.CONFLICT
@@ -148,9 +151,9 @@ def test_fence_and_fingerprint_refuse_same_payload_as_already_exists(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_FINGERPRINT, ids=_gid)
-def test_fingerprint_compares_against_the_first_payload(guards):
+def test_fingerprint_compares_against_the_first_payload(open_implementation, guards):
     """After a conflict the key's fingerprint is still the first payload, so the first payload is never a conflict."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "A")
     assert service.commit("job1#2", "job1", "B") is CommitResult.CONFLICT
     assert service.commit("job1#3", "job1", "B") is CommitResult.CONFLICT
@@ -167,18 +170,18 @@ def test_commit_result_refused_is_everything_but_written():
 
 
 @pytest.mark.parametrize("guards", WITHOUT_WITNESS, ids=_gid)
-def test_without_witness_register_and_attempt_state_know_nothing(guards):
+def test_without_witness_register_and_attempt_state_know_nothing(open_implementation, guards):
     """Without the witness, register returns None and no attempt state is kept."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.register("job1#1", "job1") is None
     service.commit("job1#1", "job1", "ticket")
     assert service.attempt_state("job1#1") is None
 
 
 @pytest.mark.parametrize("guards", WITHOUT_WITNESS, ids=_gid)
-def test_abandon_without_witness_raises_witness_required(guards):
+def test_abandon_without_witness_raises_witness_required(open_implementation, guards):
     """abandon_unless_committed on a destination without the witness raises WitnessRequired."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     with pytest.raises(WitnessRequired):
         service.abandon_unless_committed("job1#1")
     with pytest.raises(TypeError):
@@ -187,45 +190,45 @@ def test_abandon_without_witness_raises_witness_required(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_witness_register_marks_in_flight(guards):
+def test_witness_register_marks_in_flight(open_implementation, guards):
     """With the witness, registering an attempt records and returns IN_FLIGHT."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.attempt_state("job1#1") is None
     assert service.register("job1#1", "job1") is AttemptState.IN_FLIGHT
     assert service.attempt_state("job1#1") is AttemptState.IN_FLIGHT
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_witness_commit_marks_committed(guards):
+def test_witness_commit_marks_committed(open_implementation, guards):
     """With the witness, a written commit moves the attempt to COMMITTED."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.register("job1#1", "job1")
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.WRITTEN
     assert service.attempt_state("job1#1") is AttemptState.COMMITTED
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_witness_register_after_commit_keeps_committed(guards):
+def test_witness_register_after_commit_keeps_committed(open_implementation, guards):
     """A registration that arrives after the commit does not turn COMMITTED back into IN_FLIGHT."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket")
     assert service.register("job1#1", "job1") is AttemptState.COMMITTED
     assert service.attempt_state("job1#1") is AttemptState.COMMITTED
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_witness_replayed_commit_does_not_write_again(guards):
+def test_witness_replayed_commit_does_not_write_again(open_implementation, guards):
     """The same attempt committing twice is answered ALREADY_EXISTS and writes once."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket")
     assert service.commit("job1#1", "job1", "ticket") is CommitResult.ALREADY_EXISTS
     assert len(service.effects()) == 1
 
 
 @pytest.mark.parametrize("guards", [g for g in WITH_WITNESS if g.fence], ids=_gid)
-def test_witness_marks_a_fenced_refusal_refused(guards):
+def test_witness_marks_a_fenced_refusal_refused(open_implementation, guards):
     """With witness and fence, an attempt whose commit is refused is recorded as REFUSED."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "ticket")
     service.register("job1#2", "job1")
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.ALREADY_EXISTS
@@ -233,18 +236,18 @@ def test_witness_marks_a_fenced_refusal_refused(guards):
 
 
 @pytest.mark.parametrize("guards", [g for g in WITH_WITNESS if g.fingerprint], ids=_gid)
-def test_witness_marks_a_conflict_refused(guards):
+def test_witness_marks_a_conflict_refused(open_implementation, guards):
     """With witness and fingerprint, an attempt whose payload conflicts is recorded as REFUSED."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "A")
     assert service.commit("job1#2", "job1", "B") is CommitResult.CONFLICT
     assert service.attempt_state("job1#2") is AttemptState.REFUSED
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_abandon_a_committed_attempt_returns_committed_and_keeps_it(guards):
+def test_abandon_a_committed_attempt_returns_committed_and_keeps_it(open_implementation, guards):
     """abandon_unless_committed on a committed attempt answers COMMITTED and leaves it committed."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.register("job1#1", "job1")
     service.commit("job1#1", "job1", "ticket")
     assert service.abandon_unless_committed("job1#1") is AttemptState.COMMITTED
@@ -253,9 +256,9 @@ def test_abandon_a_committed_attempt_returns_committed_and_keeps_it(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_abandon_an_in_flight_attempt_refuses_its_later_commit(guards):
+def test_abandon_an_in_flight_attempt_refuses_its_later_commit(open_implementation, guards):
     """An abandoned in-flight attempt's commit is refused as ABANDONED and writes nothing."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.register("job1#1", "job1")
     assert service.abandon_unless_committed("job1#1") is AttemptState.ABANDONED
     assert service.attempt_state("job1#1") is AttemptState.ABANDONED
@@ -266,9 +269,9 @@ def test_abandon_an_in_flight_attempt_refuses_its_later_commit(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_abandon_a_never_seen_attempt_leaves_a_tombstone(guards):
+def test_abandon_a_never_seen_attempt_leaves_a_tombstone(open_implementation, guards):
     """Abandoning an unknown attempt tombstones it: its late registration stays ABANDONED and its commit is refused."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     assert service.abandon_unless_committed("job1#1") is AttemptState.ABANDONED
     assert service.register("job1#1", "job1") is AttemptState.ABANDONED
     assert service.attempt_state("job1#1") is AttemptState.ABANDONED
@@ -277,9 +280,9 @@ def test_abandon_a_never_seen_attempt_leaves_a_tombstone(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_abandon_a_refused_attempt_returns_abandoned(guards):
+def test_abandon_a_refused_attempt_returns_abandoned(open_implementation, guards):
     """An attempt that is not committed (here: refused or merely in flight) is answered ABANDONED."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "A")
     service.register("job1#2", "job1")
     service.commit("job1#2", "job1", "B")  # refused if any of fence/fingerprint, else written
@@ -288,9 +291,9 @@ def test_abandon_a_refused_attempt_returns_abandoned(guards):
 
 
 @pytest.mark.parametrize("guards", WITH_WITNESS, ids=_gid)
-def test_abandon_is_per_attempt(guards):
+def test_abandon_is_per_attempt(open_implementation, guards):
     """Abandoning one attempt does not stop another attempt of the same key from writing."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.abandon_unless_committed("job1#1")
     assert service.commit("job1#2", "job1", "ticket") is CommitResult.WRITTEN
     assert service.attempt_state("job1#2") is AttemptState.COMMITTED
@@ -298,9 +301,9 @@ def test_abandon_is_per_attempt(guards):
 
 
 @pytest.mark.parametrize("guards", ALL_GUARDS, ids=_gid)
-def test_effects_lists_every_write_in_order(guards):
+def test_effects_lists_every_write_in_order(open_implementation, guards):
     """effects() reports every landed write in arrival order with sequence 1, 2, 3."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     service.commit("job1#1", "job1", "t1")
     service.commit("job2#1", "job2", "t2")
     service.commit("job3#1", "job3", "t3")
@@ -312,9 +315,9 @@ def test_effects_lists_every_write_in_order(guards):
 
 
 @pytest.mark.parametrize("guards", ALL_GUARDS, ids=_gid)
-def test_effects_only_counts_writes_that_landed(guards):
+def test_effects_only_counts_writes_that_landed(open_implementation, guards):
     """effects() has exactly one entry per WRITTEN answer, whatever the guards refuse."""
-    service = TicketService(guards)
+    service = open_implementation(guards=guards).destination
     results = [
         service.commit("job1#1", "job1", "A"),
         service.commit("job1#2", "job1", "A"),
@@ -328,17 +331,17 @@ def test_effects_only_counts_writes_that_landed(guards):
     assert len(results) - len(written) == expected_refusals
 
 
-def test_effects_returns_a_copy():
+def test_effects_returns_a_copy(open_implementation):
     """Changing the list effects() returns does not change the service's record."""
-    service = TicketService(NO_GUARDS)
+    service = open_implementation(guards=NO_GUARDS).destination
     service.commit("job1#1", "job1", "ticket")
     service.effects().clear()
     assert len(service.effects()) == 1
 
 
-def test_snapshot_captures_effects_and_attempts():
+def test_snapshot_captures_effects_and_attempts(open_implementation):
     """snapshot() is hashable and includes both effects and witness attempt states."""
-    service = TicketService(Guards(witness=True))
+    service = open_implementation(guards=Guards(witness=True)).destination
     service.register("job1#2", "job1")
     service.commit("job1#1", "job1", "ticket")
     snapshot = service.snapshot()

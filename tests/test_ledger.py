@@ -1,4 +1,8 @@
-"""Unit tests of fence._ledger.Ledger: the transition table, capacity, ownership."""
+"""The Ledger protocol's contract, on every implementation: the transition table, capacity, ownership.
+
+Each test that takes ``open_implementation`` runs on the in-memory Ledger, SQLite and
+PostgreSQL (conftest.py); the constructor checks and the diagram are the in-memory one's own.
+"""
 
 from __future__ import annotations
 
@@ -55,8 +59,8 @@ def _pair_id(pair: tuple[ReservationState, Move]) -> str:
     return f"{pair[0].value}-{pair[1].value}"
 
 
-def ledger_with_reservation_in(state: ReservationState) -> tuple[Ledger, Reservation]:
-    ledger = Ledger(capacity=2)
+def ledger_with_reservation_in(open_implementation, state: ReservationState) -> tuple[Ledger, Reservation]:
+    ledger = open_implementation(2).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     for move in PATH_TO_STATE[state]:
         reservation = ledger.apply(reservation.reservation_id, move)
@@ -81,9 +85,9 @@ def test_parametrization_covers_every_state_move_pair():
 
 
 @pytest.mark.parametrize(("state", "move"), LEGAL_PAIRS, ids=map(_pair_id, LEGAL_PAIRS))
-def test_legal_move_reaches_the_table_target(state, move):
+def test_legal_move_reaches_the_table_target(open_implementation, state, move):
     """A legal move takes the reservation to exactly the target in the table and keeps its identity."""
-    ledger, reservation = ledger_with_reservation_in(state)
+    ledger, reservation = ledger_with_reservation_in(open_implementation, state)
     moved = ledger.apply(reservation.reservation_id, move)
     expected = EXPECTED_TRANSITIONS[state][move]
     assert moved.state is expected
@@ -97,9 +101,9 @@ def test_legal_move_reaches_the_table_target(state, move):
 
 
 @pytest.mark.parametrize(("state", "move"), ILLEGAL_PAIRS, ids=map(_pair_id, ILLEGAL_PAIRS))
-def test_illegal_move_raises_and_changes_nothing(state, move):
+def test_illegal_move_raises_and_changes_nothing(open_implementation, state, move):
     """An illegal move raises IllegalMove naming the move and state, and leaves the ledger untouched."""
-    ledger, reservation = ledger_with_reservation_in(state)
+    ledger, reservation = ledger_with_reservation_in(open_implementation, state)
     snapshot_before = ledger.snapshot()
     freed_before = dict(ledger.units_freed)
     with pytest.raises(IllegalMove) as raised:
@@ -111,26 +115,26 @@ def test_illegal_move_raises_and_changes_nothing(state, move):
     assert ledger.units_freed == freed_before
 
 
-def test_illegal_move_is_also_a_value_error():
+def test_illegal_move_is_also_a_value_error(open_implementation):
     """IllegalMove can be caught as the builtin ValueError it resembles."""
-    ledger, reservation = ledger_with_reservation_in(S.CONFIRMED)
+    ledger, reservation = ledger_with_reservation_in(open_implementation, S.CONFIRMED)
     with pytest.raises(ValueError):
         ledger.apply(reservation.reservation_id, Move.SETTLE_UNUSED)
 
 
 @pytest.mark.parametrize("state", list(ReservationState), ids=lambda s: s.value)
-def test_holds_unit_is_every_state_but_unused(state):
+def test_holds_unit_is_every_state_but_unused(open_implementation, state):
     """A reservation holds its unit in every state except UNUSED, and held/free follow."""
-    ledger, reservation = ledger_with_reservation_in(state)
+    ledger, reservation = ledger_with_reservation_in(open_implementation, state)
     holds = state is not S.UNUSED
     assert reservation.holds_unit is holds
     assert ledger.held == (1 if holds else 0)
     assert ledger.free == (1 if holds else 2)
 
 
-def test_reserve_creates_a_reserved_reservation_with_deadline_now_plus_lease():
+def test_reserve_creates_a_reserved_reservation_with_deadline_now_plus_lease(open_implementation):
     """reserve() records key, owner, deadline now+lease and state RESERVED, and makes it current."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=5, lease=3)
     assert reservation == Reservation("job1/r1", "job1", "job1#1", 8, S.RESERVED)
     assert ledger.current("job1") == reservation
@@ -139,9 +143,9 @@ def test_reserve_creates_a_reserved_reservation_with_deadline_now_plus_lease():
     assert ledger.free == 0
 
 
-def test_lease_expires_exactly_at_the_deadline():
+def test_lease_expires_exactly_at_the_deadline(open_implementation):
     """A lease is expired at now == deadline and not one tick before."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     assert ledger.expired(1) == []
     assert ledger.expired(2) == [reservation]
@@ -149,26 +153,26 @@ def test_lease_expires_exactly_at_the_deadline():
     assert reservation.expired(1) is False
 
 
-def test_expired_lists_only_reserved_reservations():
+def test_expired_lists_only_reserved_reservations(open_implementation):
     """expired() ignores reservations that already left RESERVED, even past their deadline."""
-    ledger = Ledger(capacity=2)
+    ledger = open_implementation(2).ledger
     held = ledger.reserve("job1", "job1#1", now=0, lease=1)
     ledger.apply(held.reservation_id, Move.EXPIRE_AND_HOLD)
     still_reserved = ledger.reserve("job2", "job2#1", now=0, lease=1)
     assert ledger.expired(10) == [still_reserved]
 
 
-def test_lease_zero_is_allowed_and_expires_immediately():
+def test_lease_zero_is_allowed_and_expires_immediately(open_implementation):
     """A zero lease is legal and the reservation is expired at the moment it is made."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=4, lease=0)
     assert reservation.deadline == 4
     assert ledger.expired(4) == [reservation]
 
 
-def test_capacity_exhausted_raises_and_adds_nothing():
+def test_capacity_exhausted_raises_and_adds_nothing(open_implementation):
     """Reserving when every unit is held raises CapacityExhausted and records no reservation."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     first = ledger.reserve("job1", "job1#1", now=0, lease=2)
     with pytest.raises(CapacityExhausted):
         ledger.reserve("job2", "job2#1", now=0, lease=2)
@@ -177,17 +181,17 @@ def test_capacity_exhausted_raises_and_adds_nothing():
     assert ledger.held == 1
 
 
-def test_capacity_exhausted_is_also_a_runtime_error():
+def test_capacity_exhausted_is_also_a_runtime_error(open_implementation):
     """CapacityExhausted can be caught as the builtin RuntimeError it resembles."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     ledger.reserve("job1", "job1#1", now=0, lease=2)
     with pytest.raises(RuntimeError):
         ledger.reserve("job2", "job2#1", now=0, lease=2)
 
 
-def test_confirmed_unit_stays_spent_and_blocks_capacity():
+def test_confirmed_unit_stays_spent_and_blocks_capacity(open_implementation):
     """A CONFIRMED reservation keeps its unit, so the pool stays exhausted."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.confirm("job1", "job1#1")
     with pytest.raises(CapacityExhausted):
@@ -195,9 +199,9 @@ def test_confirmed_unit_stays_spent_and_blocks_capacity():
     assert ledger.units_freed == {}
 
 
-def test_released_unit_can_be_reserved_again():
+def test_released_unit_can_be_reserved_again(open_implementation):
     """Once a reservation is UNUSED its unit returns and another key can reserve it."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     first = ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.apply(first.reservation_id, Move.EXPIRE_AND_RELEASE)
     second = ledger.reserve("job2", "job2#1", now=3, lease=2)
@@ -220,27 +224,27 @@ def test_capacity_that_is_not_a_whole_number_raises_value_error(capacity):
 
 
 @pytest.mark.parametrize("lease", [-1, -0.5])
-def test_negative_lease_raises_value_error_and_reserves_nothing(lease):
+def test_negative_lease_raises_value_error_and_reserves_nothing(open_implementation, lease):
     """A negative lease is refused with ValueError and no reservation is recorded."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     with pytest.raises(ValueError):
         ledger.reserve("job1", "job1#1", now=0, lease=lease)
     assert ledger.reservations() == []
     assert ledger.current("job1") is None
 
 
-def test_nan_lease_raises_value_error_and_reserves_nothing():
+def test_nan_lease_raises_value_error_and_reserves_nothing(open_implementation):
     """A NaN lease is not '>= 0', so it is refused rather than creating a lease that never expires."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     with pytest.raises(ValueError):
         ledger.reserve("job1", "job1#1", now=0, lease=math.nan)
     assert ledger.reservations() == []
     assert ledger.free == 1
 
 
-def test_reserve_again_while_key_still_holds_raises_illegal_move():
+def test_reserve_again_while_key_still_holds_raises_illegal_move(open_implementation):
     """A key whose current reservation still holds a unit cannot be reserved a second time."""
-    ledger = Ledger(capacity=2)
+    ledger = open_implementation(2).ledger
     first = ledger.reserve("job1", "job1#1", now=0, lease=2)
     with pytest.raises(IllegalMove):
         ledger.reserve("job1", "job1#2", now=1, lease=2)
@@ -248,9 +252,9 @@ def test_reserve_again_while_key_still_holds_raises_illegal_move():
     assert ledger.current("job1") == first
 
 
-def test_reserve_after_release_numbers_the_new_reservation_and_makes_it_current():
+def test_reserve_after_release_numbers_the_new_reservation_and_makes_it_current(open_implementation):
     """After UNUSED the key can be reserved again as r2, which becomes the key's current reservation."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     first = ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.apply(first.reservation_id, Move.EXPIRE_AND_RELEASE)
     second = ledger.reserve("job1", "job1#2", now=3, lease=2)
@@ -264,9 +268,9 @@ def test_reserve_after_release_numbers_the_new_reservation_and_makes_it_current(
     [(Move.EXPIRE_AND_RELEASE,), (Move.EXPIRE_AND_HOLD, Move.SETTLE_UNUSED)],
     ids=["naive-release", "hold-then-settle-unused"],
 )
-def test_unit_is_freed_exactly_once_and_unused_is_terminal(path):
+def test_unit_is_freed_exactly_once_and_unused_is_terminal(open_implementation, path):
     """Reaching UNUSED records one free, and every further move on it is refused."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     for move in path:
         ledger.apply(reservation.reservation_id, move)
@@ -289,9 +293,9 @@ def test_unit_is_freed_exactly_once_and_unused_is_terminal(path):
     ],
     ids=lambda p: "+".join(m.value for m in p),
 )
-def test_moves_that_keep_the_unit_free_nothing(path):
+def test_moves_that_keep_the_unit_free_nothing(open_implementation, path):
     """Moves that end in a holding state never count a freed unit."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     for move in path:
         ledger.apply(reservation.reservation_id, move)
@@ -299,34 +303,34 @@ def test_moves_that_keep_the_unit_free_nothing(path):
     assert ledger.held == 1
 
 
-def test_owner_confirm_moves_the_current_reservation():
+def test_owner_confirm_moves_the_current_reservation(open_implementation):
     """The current owner's confirm takes its reservation to CONFIRMED."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     ledger.reserve("job1", "job1#1", now=0, lease=2)
     moved = ledger.confirm("job1", "job1#1")
     assert moved.reservation_id == "job1/r1"
     assert moved.state is S.CONFIRMED
 
 
-def test_owner_confirm_existing_moves_the_current_reservation():
+def test_owner_confirm_existing_moves_the_current_reservation(open_implementation):
     """The current owner's confirm_existing takes its reservation to CONFIRMED_EXISTING."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     ledger.reserve("job1", "job1#1", now=0, lease=2)
     moved = ledger.confirm_existing("job1", "job1#1")
     assert moved.state is S.CONFIRMED_EXISTING
 
 
-def test_late_owner_confirm_beats_the_janitor_hold():
+def test_late_owner_confirm_beats_the_janitor_hold(open_implementation):
     """An owner's confirm on an OUTCOME_UNKNOWN reservation lands as CONFIRMED."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.apply(reservation.reservation_id, Move.EXPIRE_AND_HOLD)
     assert ledger.confirm("job1", "job1#1").state is S.CONFIRMED
 
 
-def test_owner_confirm_on_released_reservation_is_illegal_and_changes_nothing():
+def test_owner_confirm_on_released_reservation_is_illegal_and_changes_nothing(open_implementation):
     """The owner's own confirm after its reservation became UNUSED is refused and frees nothing twice."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.apply(reservation.reservation_id, Move.EXPIRE_AND_RELEASE)
     before = ledger.snapshot()
@@ -339,27 +343,27 @@ def test_owner_confirm_on_released_reservation_is_illegal_and_changes_nothing():
 @pytest.mark.parametrize(
     "move", [Move.EXPIRE_AND_HOLD, Move.EXPIRE_AND_RELEASE, Move.SETTLE_EXISTING, Move.SETTLE_UNUSED]
 )
-def test_owner_cannot_make_a_janitor_move(move):
+def test_owner_cannot_make_a_janitor_move(open_implementation, move):
     """owner_move refuses janitor moves with IllegalMove, even from the rightful owner."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     with pytest.raises(IllegalMove):
         ledger.owner_move("job1", "job1#1", move)
     assert ledger.get(reservation.reservation_id) == reservation
 
 
-def test_confirm_for_a_key_with_no_reservation_is_stale():
+def test_confirm_for_a_key_with_no_reservation_is_stale(open_implementation):
     """Confirming a key the ledger never reserved raises StaleAttempt."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     with pytest.raises(StaleAttempt):
         ledger.confirm("job1", "job1#1")
     assert ledger.reservations() == []
 
 
 @pytest.mark.parametrize("move", [Move.CONFIRM, Move.CONFIRM_EXISTING])
-def test_stale_attempt_confirm_raises_and_changes_nothing(move):
+def test_stale_attempt_confirm_raises_and_changes_nothing(open_implementation, move):
     """A late confirm from an attempt that no longer owns the key is refused and both reservations stay put."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     first = ledger.reserve("job1", "job1#1", now=0, lease=2)
     ledger.apply(first.reservation_id, Move.EXPIRE_AND_RELEASE)
     second = ledger.reserve("job1", "job1#2", now=3, lease=2)
@@ -373,17 +377,17 @@ def test_stale_attempt_confirm_raises_and_changes_nothing(move):
     assert ledger.units_freed == {"job1/r1": 1}
 
 
-def test_stale_attempt_is_also_a_permission_error():
+def test_stale_attempt_is_also_a_permission_error(open_implementation):
     """StaleAttempt can be caught as the builtin PermissionError it resembles."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     ledger.reserve("job1", "job1#1", now=0, lease=2)
     with pytest.raises(PermissionError):
         ledger.confirm("job1", "someone-else")
 
 
-def test_shared_identity_late_confirm_lands_on_the_newer_reservation():
+def test_shared_identity_late_confirm_lands_on_the_newer_reservation(open_implementation):
     """With one identity for every attempt, a stale attempt's late confirm moves the newer reservation."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     first = ledger.reserve("job1", "job1", now=0, lease=2)
     ledger.apply(first.reservation_id, Move.EXPIRE_AND_RELEASE)
     second = ledger.reserve("job1", "job1", now=3, lease=2)
@@ -394,9 +398,9 @@ def test_shared_identity_late_confirm_lands_on_the_newer_reservation():
     assert ledger.get("job1/r1").state is S.UNUSED
 
 
-def test_snapshot_is_hashable_and_reflects_state():
+def test_snapshot_is_hashable_and_reflects_state(open_implementation):
     """snapshot() is hashable and changes when a reservation moves."""
-    ledger = Ledger(capacity=1)
+    ledger = open_implementation(1).ledger
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     before = ledger.snapshot()
     hash(before)
