@@ -100,6 +100,26 @@ class Differences:
             self.by_kind[difference.what] = difference
 
 
+def replay_in_lockstep(
+    actions, world: World, mirror: World, *, same_story: Callable[[str], str] = lambda sentence: sentence,
+) -> Difference | None:
+    """Apply ``actions`` to the world under test and to the model beside it: the first difference, or None.
+
+    How a difference a run recorded is shown again, on a fresh world: the same
+    comparisons as ``lockstep_machine``, without Hypothesis.
+    """
+    for action in actions:
+        step, mirrored = world.apply(action), mirror.apply(action)
+        if same_story(mirrored.sentence) != same_story(step.sentence):
+            return Difference(f"{action.kind}: the step's story",
+                              f"the model: {mirrored.sentence!r}; the world under test: {step.sentence!r}",
+                              tuple(world.trace))
+        found = differences(mirror, world)
+        if found:
+            return Difference(found[0].split(":", 1)[0], "; ".join(found), tuple(world.trace))
+    return None
+
+
 def lockstep_machine(
     base: type,
     make_mirror: Callable[[], World],
