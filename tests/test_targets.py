@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from fence import _counterexample
 from fence._destination import CommitResult
+from fence._draws import source_independent_draws
 from fence._invariants import BY_NAME, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._machines import InvariantViolation, machine_for
@@ -92,7 +95,7 @@ def test_the_machines_find_a_duplicate_on_procrastinate_and_it_replays_on_a_fres
                           ledger_factory=shipped.ledger_factory)
     run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
                    phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    with pytest.raises(InvariantViolation) as found:
+    with pytest.raises(InvariantViolation) as found, source_independent_draws():
         run_state_machine_as_test(machine, settings=run)
     chosen = [step.action for step in found.value.trace if not step.drain]
 
@@ -219,3 +222,29 @@ def test_the_guard_in_a_task_run_by_procrastinates_own_worker(postgres_url, proc
         assert [(e.key, e.attempt_id) for e in effects] == [("t1", f"t1@{stale_job.id + 1}")]
     finally:
         guard.close()
+
+
+# -- the command line -------------------------------------------------------------------------
+FENCE = [sys.executable, "-m", "fence._cli"]
+
+
+def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrastinate_module):
+    """fence targets with a PostgreSQL URL nobody listens on says so in one line and exits 2."""
+    result = subprocess.run([*FENCE, "targets", "--profile", "quick", "--postgres", "postgresql://fence@127.0.0.1:1/fence"],
+                            capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("PostgreSQL:")]
+    assert result.returncode == 2 and len(lines) == 1 and "cannot reach PostgreSQL" in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_cli_targets_prints_both_rows_and_replays_what_it_found(postgres_url, procrastinate_module, tmp_path):
+    """fence targets --profile quick: the shipped row violated with replayed counterexamples, the guarded row not-found, exit 0."""
+    report = tmp_path / "targets.txt"
+    result = subprocess.run([*FENCE, "targets", "--profile", "quick", "--postgres", postgres_url, "--report", str(report)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:3]}
+    assert rows["procrastinate"][0].startswith("violated") and rows["procrastinate+guard"] == ["not-found"] * 7
+    assert "DID NOT REPLAY" not in result.stdout and "replayed on a fresh database: job1 was written 2 times" in result.stdout
+    assert report.read_text().startswith("# command: fence targets")
