@@ -20,7 +20,11 @@ The public surface. The private modules each own one concern:
 * ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
+* ``_lockstep``     two worlds driven by the same actions and compared after every step
 * ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
+* ``targets/``      real job systems (procrastinate) driven as the model's ledger, and
+                    judged like it (``fence targets``, ``_targets_cli``)
+* ``guard``         public: what a task adds around its side effect (``fence.guard.Guard``)
 * ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
 """
 

@@ -484,6 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("action", choices=["check", "reset"], help="check: schema version, clock, counts; reset: empty")
     db.add_argument("url", help="memory:, sqlite:///PATH.db or postgresql://USER@HOST:PORT/DBNAME")
     db.set_defaults(handler=cmd_db)
+
+    from fence import _targets_cli  # real job systems under the machines (fence.targets)
+
+    targets = sub.add_parser("targets", help="real job systems under the machines, as shipped and with fence.guard")
+    _targets_cli.arguments(targets)
+    targets.set_defaults(handler=_targets_cli.cmd_targets)
     return parser
 
 

@@ -151,9 +151,16 @@ def _run_once(
     destination_factory: Callable[[Guards], Destination] | None,
     survey: Survey | None = None,
     ledger_factory: Callable[[int], Ledger] | None = None,
+    wrap_machine: Callable[[type], type] | None = None,
 ):
-    """One Hypothesis run; raising mode returns (machine, violation or None)."""
+    """One Hypothesis run; raising mode returns (machine, violation or None).
+
+    ``wrap_machine`` turns the machine class into another (fence.targets adds a
+    model world in lockstep, ``fence._lockstep``); the wrapped machine is run.
+    """
     machine = machine_for(policy, config, checked, destination_factory, survey, ledger_factory)
+    if wrap_machine is not None:
+        machine = wrap_machine(machine)
     test = get_state_machine_test(machine, settings=run_settings)
     if seed is not None:
         test = hypothesis.seed(seed)(test)
@@ -193,6 +200,7 @@ def survey_config(
     hypothesis_shrink: bool = False,
     explorer_shortest: bool = False,
     ledger_factory: Callable[[int], Ledger] | None = None,
+    wrap_machine: Callable[[type], type] | None = None,
 ) -> ConfigResult:
     """One Hypothesis run of every invariant on one configuration, each violation minimised.
 
@@ -210,7 +218,8 @@ def survey_config(
     survey = Survey()
     try:
         machine, _ = _run_once(
-            policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey, ledger_factory
+            policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey, ledger_factory,
+            wrap_machine,
         )
         result.runs += 1
         result.examples = survey.examples

@@ -5,11 +5,11 @@ that takes ``backend_url`` runs on SQLite (a file in tmp_path) and on PostgreSQL
 (the session's private cluster, see conftest.py). The in-memory Ledger and
 TicketService are the specification:
 
-* ``LockstepMachine`` drives two worlds with the same drawn actions, one in
-  memory and one on the backend, and after every step compares what each world
+* ``fence._lockstep`` drives two worlds with the same drawn actions, one on the
+  backend and one in memory, and after every step compares what each world
   offers next, the ledger, the destination and every invariant's result; at the
-  end of a run both drain and are compared again. It runs for every built-in
-  policy on both model configurations.
+  end of a run both drain and are compared again (strict: any difference fails).
+  It runs for every built-in policy on both model configurations.
 * every pinned counterexample replays on the backend and breaks the same
   invariant with the same words.
 * the things only a database has to get right: refusals that change nothing,
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import invariant, run_state_machine_as_test
+from hypothesis.stateful import run_state_machine_as_test
 
-from fence import _counterexample
+from fence import _counterexample, _lockstep
 from fence._destination import AttemptState, CommitResult, Guards, TicketService
 from fence._errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
-from fence._invariants import BY_NAME, INVARIANTS
+from fence._invariants import BY_NAME
 from fence._ledger import Ledger, Move, ReservationState
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
@@ -57,43 +57,10 @@ def storage(backend_url):
 
 # -- the models, in lockstep ------------------------------------------------------------
 def lockstep_machine(policy, config, storage: ModelStorage):
-    """The fleet machine over an in-memory world, with a mirror world on the backend."""
-    base = machine_for(policy, config, checked=())
-
-    class LockstepMachine(base):
-        def __init__(self) -> None:
-            super().__init__()
-            self.mirror = World(policy, config, storage.destination_factory, storage.ledger_factory)
-
-        def apply_action(self, action):
-            step = super().apply_action(action)
-            mirrored = self.mirror.apply(action)
-            assert mirrored.sentence == step.sentence, "the backend's world told another story"
-            return step
-
-        @invariant()
-        def backend_agrees_with_memory(self) -> None:
-            assert_same_world(self.world, self.mirror)
-
-        def teardown(self) -> None:
-            self.world.drain()
-            self.mirror.drain()
-            assert [s.sentence for s in self.mirror.trace] == [s.sentence for s in self.world.trace]
-            assert_same_world(self.world, self.mirror, teardown=True)
-
-    return LockstepMachine
-
-
-def assert_same_world(memory: World, backend: World, teardown: bool = False) -> None:
-    assert backend.enabled_actions() == memory.enabled_actions()
-    assert backend.ledger.snapshot() == memory.ledger.snapshot()
-    assert (backend.ledger.held, backend.ledger.free) == (memory.ledger.held, memory.ledger.free)
-    assert backend.ledger.units_freed == memory.ledger.units_freed
-    assert backend.destination.snapshot() == memory.destination.snapshot()
-    assert backend.destination.effects() == memory.destination.effects()
-    for inv in INVARIANTS:
-        if teardown or not inv.at_teardown:
-            assert inv.check(backend) == inv.check(memory), inv.name
+    """The fleet machine over a world on the backend, with the in-memory model beside it (fence._lockstep)."""
+    base = machine_for(policy, config, checked=(), destination_factory=storage.destination_factory,
+                       ledger_factory=storage.ledger_factory)
+    return _lockstep.lockstep_machine(base, lambda: World(policy, config))
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["1x1", "2x2"])

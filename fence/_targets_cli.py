@@ -1,0 +1,187 @@
+"""``fence targets``: real job systems under the machines, as shipped and with fence.guard.
+
+Prints a matrix like ``fence verdicts``, one row per target (``fence.targets.TARGETS``),
+each judged on the real system by the one observer and the seven invariants.
+Under it, per row: the model policy it claims, how it recovers, how time was
+moved; the shortest counterexample of each violated row, replayed once more on
+a fresh database; and where the system moved differently from its model (the
+lockstep), replayed the same way.
+
+Exit status: 0 when every guarded row found nothing and reached every danger,
+and every counterexample and lockstep finding replayed on a fresh database;
+1 when a guarded row is violated, or something found did not replay; 2 for bad
+input (one line); 3 when a guarded row is undetermined (a danger never reached).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from fence._errors import BadInput
+from fence._evidence import header, write_atomically
+from fence._invariants import BY_NAME, INVARIANTS, required_dangers
+from fence._lockstep import replay_in_lockstep, without_refusal_reasons
+from fence._minimise import replay_actions
+from fence._verdicts import DEFAULT_CONFIGS, Verdict, profile_settings
+from fence._world import ModelConfig, World
+
+PROFILES = {
+    # name: (Hypothesis examples per configuration, steps per example, configurations)
+    "quick": (40, 30, (ModelConfig(capacity=1, jobs=1),)),
+    "default": (150, 30, DEFAULT_CONFIGS),
+    "thorough": (600, 40, DEFAULT_CONFIGS),
+}
+EVIDENCE = Path("evidence/targets.txt")
+
+
+def arguments(parser) -> None:
+    from fence.targets import TARGETS
+
+    parser.add_argument("--row", action="append", choices=list(TARGETS),
+                        help="judge only this row (repeatable; default: every row)")
+    parser.add_argument("--profile", choices=PROFILES, default="default",
+                        help="search effort: quick (40 examples, 1 unit x 1 job), default (150 at 1x1 and 2x2), thorough")
+    parser.add_argument("--postgres", metavar="URL",
+                        help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
+                        "started and stopped with the project's scripts/postgres.sh)")
+    parser.add_argument("--evidence", action="store_true", help=f"also write the report to {EVIDENCE}")
+    parser.add_argument("--report", type=Path, help="also write the report to this file")
+
+
+def cmd_targets(args) -> int:
+    from fence.targets import TARGETS, judge_target, postgres
+
+    for path in [args.report, EVIDENCE if args.evidence else None]:
+        if path is not None and not path.parent.exists():
+            raise BadInput(f"{path}: the directory {path.parent} does not exist")
+    examples, steps, configs = PROFILES[args.profile]
+    rows = [TARGETS[name] for name in (args.row or TARGETS)]
+    started = time.perf_counter()
+    with postgres(args.postgres) as (url, ours):
+        print(f"PostgreSQL: {'a private cluster started by scripts/postgres.sh' if ours else url}", file=sys.stderr)
+        found = []
+        for index, target in enumerate(rows, 1):
+            print(f"[{index}/{len(rows)}] {target.row}: the machines on the real system...", end="", file=sys.stderr,
+                  flush=True)
+            report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps))
+            replays = _replay_findings(target, url, report)
+            versions = _versions(target, url)
+            found.append((report, replays, versions))
+            print(f" {report.report.seconds:.1f}s", file=sys.stderr, flush=True)
+    seconds = time.perf_counter() - started
+    text = _render(found, args, examples, configs, seconds)
+    print(text)
+    for path in [args.report, EVIDENCE if args.evidence else None]:
+        if path is not None:
+            command = "fence targets " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["targets"] else "fence targets"
+            lines = header(command, ("fence", "hypothesis", "procrastinate", "psycopg"))
+            write_atomically(path, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
+    return _status(found)
+
+
+def _versions(target, url: str) -> dict[str, str]:
+    storage = target.open(url)
+    try:
+        return storage.versions()
+    finally:
+        storage.close()
+
+
+def _replay_findings(target, url: str, found) -> dict[str, str]:
+    """Each counterexample and each lockstep finding, replayed on a fresh database: what it showed again."""
+    storage = target.open(url)
+    replays = {}
+    try:
+        for name, cell in found.report.cells.items():
+            example = cell.counterexample
+            if example is None:
+                continue
+            chosen = [step.action for step in example.steps if not step.drain]
+            again = replay_actions(target.policy, example.config, chosen, BY_NAME[name],
+                                   storage.destination_factory, storage.ledger_factory)
+            replays[name] = f"replayed on a fresh database: {again.message}" if again else "DID NOT REPLAY"
+        for difference in found.lockstep_findings:
+            config = _config_of(found, difference)
+            chosen = [step.action for step in difference.trace if not step.drain]
+            world = World(target.policy, config, storage.destination_factory, storage.ledger_factory)
+            again = replay_in_lockstep(chosen, world, World(target.policy, config), same_story=without_refusal_reasons)
+            if difference.trace and difference.trace[-1].drain:
+                replays[difference.what] = "found in the drain that ends a run; not replayed step by step"
+            else:
+                replays[difference.what] = ("replayed on a fresh database" if again and again.what == difference.what
+                                            else "DID NOT REPLAY")
+    finally:
+        storage.close()
+    return replays
+
+
+def _config_of(found, difference) -> ModelConfig:
+    for config, differences in found.differences.items():
+        if difference in differences.by_kind.values():
+            return config
+    raise AssertionError("a lockstep finding from no configuration")
+
+
+def _render(found, args, examples: int, configs, seconds: float) -> str:
+    from fence._cli import table
+
+    reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
+    versions = {name: value for _, _, v in found for name, value in v.items()}
+    lines = [table(reports), ""]
+    lines.append(
+        f"Profile {args.profile}: {examples} Hypothesis examples per configuration "
+        f"({'; '.join(c.describe() for c in configs)}), derandomised; {seconds:.0f} s. "
+        + ", ".join(f"{name} {value}" for name, value in versions.items())
+    )
+    lines.append("Only Hypothesis runs on a real system (the explorer copies worlds in memory): "
+                 "'not-found' is the most a target's cell can say.")
+    for report, replays, _ in found:
+        target = report.target
+        lines += ["", f"== {target.row}: claims the model policy '{target.policy.name}'",
+                  f"   recovery: {target.recovery}", f"   time: {target.time}"]
+        reached = {}
+        for counts in report.report.reached.values():
+            for name, n in counts.items():
+                reached[name] = reached.get(name, 0) + n
+        needed = [danger.name for danger in required_dangers(target.policy)]
+        lines.append("   dangers reached: " + ", ".join(f"{name} {reached.get(name, 0)}" for name in needed))
+        violated = [inv for inv in INVARIANTS if report.report.cells[inv.name].verdict is Verdict.VIOLATED]
+        for inv in violated:
+            cell = report.report.cells[inv.name]
+            lines.append(f"   {inv.label}: {cell.counterexample.message} ({replays.get(inv.name)})")
+        shortest = min((report.report.cells[inv.name].counterexample for inv in violated),
+                       key=lambda example: example.rule_steps, default=None)
+        duplicate = report.report.cells["no_duplicate_writes"].counterexample
+        for example in [e for e in (duplicate, shortest) if e is not None][:1]:
+            lines.append(f"   counterexample for {example.invariant} ({example.rule_steps} steps, "
+                         f"{example.config.describe()}):")
+            lines += [f"     t={step.now}: {step.sentence}" for step in example.steps if not step.drain]
+        findings = report.lockstep_findings
+        parted = sum(d.parted for d in report.differences.values())
+        runs = sum(d.examples for d in report.differences.values())
+        if not findings:
+            lines.append(f"   lockstep: {target.system} moved as the model policy in all {runs} runs")
+        else:
+            lines.append(f"   lockstep: the system parted from its model in {parted} of {runs} runs:")
+            for difference in findings:
+                lines.append(f"   - {difference.what} ({difference.rule_steps} steps; "
+                             f"{replays.get(difference.what)}): {difference.detail}")
+                lines += [f"       t={step.now}: {step.sentence}" for step in difference.trace]
+    return "\n".join(lines)
+
+
+def _status(found) -> int:
+    status = 0
+    for report, replays, _ in found:
+        if any(text == "DID NOT REPLAY" for text in replays.values()):
+            status = 1
+        if report.target.row.endswith("+guard"):
+            verdicts = {cell.verdict for cell in report.report.cells.values()}
+            if Verdict.VIOLATED in verdicts or Verdict.ERROR in verdicts or report.lockstep_findings:
+                status = 1
+            elif verdicts != {Verdict.NOT_FOUND} and status == 0:
+                status = 3
+    return status

@@ -1,0 +1,199 @@
+"""Targets: real job systems driven through fence's protocols and judged like fence's own model.
+
+Theory of operation
+-------------------
+A *target* is a job system people run (procrastinate today; pgqueuer and
+celery with Redis next), on its real library and its real server. fence drives
+it with the model's own ``World``: the target's job table and its own
+recovery call are the ledger (``ledger_factory``), the task's side effect is a
+write at a destination (``destination_factory``), and every run is judged by
+the one observer (``fence._observer``) and the seven ``INVARIANTS`` on the
+facts fence recorded, never on what the system says about itself. So the
+Hypothesis machines, the minimiser and replay all run on the real system
+unchanged.
+
+Each target names the model policy it claims to implement. A run of the
+machines also drives that policy's model in lockstep (``fence._lockstep``):
+where the real system moves differently from its model (accepts a move the
+model refuses, calls a lease expired that the model does not), the difference
+is recorded with the run that shows it and reported as a finding about the
+system, next to the verdicts.
+
+Each target also says how it moves time without sleeping (procrastinate: its
+workers' heartbeat timestamps are moved back in the database) and which
+server it needs, started through the project's own scripts
+(``fence/_scripts/postgres.sh``).
+
+A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
+targets`` prints them. Importing this package does not import any job system:
+each target's module is imported when its storage is opened, so a missing
+library is one line (``BadInput``) naming the extra to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from hypothesis import settings
+
+from fence._errors import BackendError, BadInput
+from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
+from fence._policies import POLICIES, JanitorPolicy
+from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config
+from fence._world import ModelConfig, World
+
+SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "postgres.sh"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row of ``fence targets``: a real system, configured one way, and the model it claims."""
+
+    row: str
+    """The row's name (``procrastinate``, ``procrastinate+guard``)."""
+    system: str
+    """The library under test, as pip names it (its version goes into the evidence)."""
+    policy: JanitorPolicy
+    """The model policy this configuration of the system claims to implement."""
+    recovery: str
+    """What the system does with a lease that ran out, in its own words."""
+    time: str
+    """How fence moves the system's time without sleeping."""
+    server: str
+    """The server it needs (``postgres``), started by the project's scripts."""
+    storage: str
+    """``MODULE:ATTR`` of a callable (url) -> storage with destination_factory, ledger_factory, close."""
+    options: dict = field(default_factory=dict)
+    """Keyword arguments for the storage."""
+    extra: str = ""
+    """The pip extra that installs the system (``pip install 'fence[EXTRA]'``)."""
+
+    def open(self, url: str):
+        """This target's storage on the server at ``url``: every world made from it starts empty."""
+        module_name, _, attribute = self.storage.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise BadInput(
+                f"target {self.row}: {error}; install it with pip install 'fence[{self.extra}]'"
+            ) from None
+        return getattr(module, attribute)(url, **self.options)
+
+
+TARGETS: dict[str, Target] = {
+    target.row: target
+    for target in (
+        Target(
+            row="procrastinate",
+            system="procrastinate",
+            policy=POLICIES["naive"],
+            recovery="the documented stalled-jobs recipe: get_stalled_jobs() then retry_job(job) "
+            "on the same row; the worker's finish_job(job) checks the job id and status only",
+            time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.procrastinate:ProcrastinateStorage",
+            options={"guarded": False},
+            extra="procrastinate",
+        ),
+        Target(
+            row="procrastinate+guard",
+            system="procrastinate",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; the stalled-jobs recipe through "
+            "fence.targets.procrastinate.recover_stalled_jobs: abandon the attempt unless it "
+            "committed, then finish_job(succeeded), or finish_job(failed) and defer a fresh row",
+            time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.procrastinate:ProcrastinateStorage",
+            options={"guarded": True},
+            extra="procrastinate",
+        ),
+    )
+}
+
+
+@dataclass
+class TargetReport:
+    """A target's verdicts (the one observer, the seven invariants) and its lockstep findings."""
+
+    target: Target
+    report: PolicyReport
+    differences: dict[ModelConfig, Differences]
+    """Per configuration: where the system moved differently from its model policy."""
+
+    @property
+    def lockstep_findings(self) -> list:
+        """The shortest difference of each kind, over every configuration."""
+        best: dict[str, object] = {}
+        for found in self.differences.values():
+            for what, difference in found.by_kind.items():
+                if what not in best or difference.rule_steps < best[what].rule_steps:
+                    best[what] = difference
+        return list(best.values())
+
+
+def judge_target(
+    target: Target,
+    url: str,
+    *,
+    configs: Iterable[ModelConfig] = DEFAULT_CONFIGS,
+    run_settings: settings,
+    lockstep: bool = True,
+) -> TargetReport:
+    """The machines on the real system, with the model of its policy in lockstep.
+
+    What ``fence._verdicts.judge`` does with a ``ledger_factory`` (a surveying
+    Hypothesis run per configuration, each violation minimised by replays on
+    fresh databases, the row combined with its dangers), with the lockstep
+    mirror added to each run's machine.
+    """
+    storage = target.open(url)
+    found: dict[ModelConfig, Differences] = {}
+    results = []
+    try:
+        for config in configs:
+            recorded = found[config] = Differences()
+
+            def wrap(machine: type, recorded=recorded, config=config) -> type:
+                return lockstep_machine(
+                    machine, lambda: World(target.policy, config), record=recorded,
+                    same_story=without_refusal_reasons,
+                )
+
+            results.append(survey_config(
+                target.policy, config, run_settings=run_settings,
+                destination_factory=storage.destination_factory, ledger_factory=storage.ledger_factory,
+                wrap_machine=wrap if lockstep else None,
+            ))
+    finally:
+        storage.close()
+    return TargetReport(target, combine(target.policy, results), found)
+
+
+# -- the server --------------------------------------------------------------------------
+@contextlib.contextmanager
+def postgres(url: str | None = None) -> Iterator[tuple[str, bool]]:
+    """A PostgreSQL URL: ``url``, $FENCE_POSTGRES_URL, or a private cluster started (and stopped) here.
+
+    Yields (url, started_here). The cluster is the project's own
+    (``fence/_scripts/postgres.sh``): 127.0.0.1 only, in a temporary directory.
+    """
+    url = url or os.environ.get("FENCE_POSTGRES_URL")
+    if url:
+        yield url, False
+        return
+    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if started.returncode != 0:
+        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BackendError(f"could not start a private PostgreSQL cluster ({last}); set FENCE_POSTGRES_URL")
+    url = started.stdout.strip().splitlines()[-1]
+    try:
+        yield url, True
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", url], capture_output=True, timeout=120)

@@ -1,0 +1,250 @@
+"""procrastinate, the first target: fence's machines on the real library and a real PostgreSQL.
+
+The shipped stalled-jobs recipe behaves like fence's naive policy: the machines
+find its duplicate write, and the run they found replays on a fresh database.
+Where procrastinate moves differently from the naive model (a stale worker's
+finish_job finishes the retry's row), the lockstep reports it. With fence.guard
+on the task and the guarded recipe, the machines find nothing within the
+stated bound and reach every danger, and the guard works in a task run by
+procrastinate's own worker.
+
+Every test here needs PostgreSQL (the session's cluster, see conftest.py) and
+procrastinate (the test extra): skipped without them locally, failed under CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from fence import _counterexample
+from fence._destination import CommitResult
+from fence._draws import source_independent_draws
+from fence._invariants import BY_NAME, required_dangers
+from fence._lockstep import replay_in_lockstep, without_refusal_reasons
+from fence._machines import InvariantViolation, machine_for
+from fence._minimise import replay_actions
+from fence._policies import POLICIES, Decision
+from fence._verdicts import Verdict, profile_settings
+from fence._world import Confirm, Deliver, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World
+from fence.targets import TARGETS, judge_target
+
+pytestmark = pytest.mark.postgres
+
+PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
+ONE = ModelConfig(capacity=1, jobs=1)
+GUARDED_EXAMPLES = 40
+"""Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
+
+
+@pytest.fixture(scope="module")
+def procrastinate_module():
+    try:
+        import fence.targets.procrastinate as module
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the procrastinate target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"procrastinate is not installed ({error}): pip install -e '.[test]'")
+    return module
+
+
+def _storage(row: str, url: str):
+    return TARGETS[row].open(url)
+
+
+@pytest.fixture
+def shipped(postgres_url, procrastinate_module):
+    storage = _storage("procrastinate", postgres_url)
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def guarded(postgres_url, procrastinate_module):
+    storage = _storage("procrastinate+guard", postgres_url)
+    yield storage
+    storage.close()
+
+
+def _on(storage, policy, config=ONE) -> World:
+    return World(policy, config, storage.destination_factory, storage.ledger_factory)
+
+
+# -- as shipped: the naive policy, on the real system ---------------------------------------
+@pytest.mark.parametrize("path", PINNED_NAIVE, ids=[p.stem for p in PINNED_NAIVE])
+def test_the_models_naive_counterexamples_replay_on_procrastinate(path, shipped):
+    """Each pinned counterexample of the naive model, replayed on procrastinate's tables, breaks the same invariant."""
+    policy, config, invariant, actions, drains = _counterexample.load(path)
+    chosen = [action for action, drain in zip(actions, drains) if not drain]
+    replayed = replay_actions(policy, config, chosen, BY_NAME[invariant], shipped.destination_factory, shipped.ledger_factory)
+    assert replayed is not None, f"{path.stem} did not break {invariant} on procrastinate"
+    assert replayed.world.observer.findings.first(invariant) or BY_NAME[invariant].check(replayed.world)
+
+
+def test_the_machines_find_a_duplicate_on_procrastinate_and_it_replays_on_a_fresh_database(shipped):
+    """The machines on procrastinate find a job written twice; its run, replayed on emptied tables, writes it twice again."""
+    duplicate = BY_NAME["no_duplicate_writes"]
+    machine = machine_for(POLICIES["naive"], ONE, [duplicate], shipped.destination_factory,
+                          ledger_factory=shipped.ledger_factory)
+    run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
+                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with pytest.raises(InvariantViolation) as found, source_independent_draws():
+        run_state_machine_as_test(machine, settings=run)
+    chosen = [step.action for step in found.value.trace if not step.drain]
+
+    replayed = replay_actions(POLICIES["naive"], ONE, chosen, duplicate, shipped.destination_factory,
+                              shipped.ledger_factory)
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    # fence's recorded facts: two writes for the key, by two attempts that procrastinate each let run.
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    assert {step.action.kind for step in replayed.world.trace} >= {"scan", "retry"}
+
+
+# The story of a worker that outlives its lease, told as the world's actions.
+STALE_FINISH = [
+    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
+    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
+    Confirm("job1#1"),
+]
+
+
+def test_a_stale_worker_finishes_the_retrys_row_where_the_model_refuses(shipped):
+    """Lockstep finding: procrastinate lets the first worker's finish_job finish the row the retry holds; the naive model refuses it."""
+    naive = POLICIES["naive"]
+    difference = replay_in_lockstep(STALE_FINISH, _on(shipped, naive), World(naive, ONE), same_story=without_refusal_reasons)
+    assert difference is not None and difference.what == "confirm: the step's story"
+    assert "the ledger refuses" in difference.detail and "job1#1 confirms: job1/r2 is confirmed" in difference.detail
+    # and the observer, judging fence's facts, calls it what it is
+    broken = replay_actions(naive, ONE, STALE_FINISH, BY_NAME["stale_attempt_cannot_change_newer"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None and broken.message == "job1#1's confirm changed job1/r2, which belongs to job1#2"
+
+
+# -- with the guard -------------------------------------------------------------------------
+# Two janitors hold the same answer for one expired lease; one settles it, the job is
+# retried, and then the other acts on its stale answer.
+STALE_SETTLE = [
+    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
+    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
+]
+
+
+def test_the_guarded_recipe_refuses_a_stale_settle_like_the_model(guarded):
+    """With the guard's recovery (a fresh row per retry), a janitor's stale settle meets a finished row and is refused, as in the model."""
+    policy = POLICIES["abandon-fenced"]
+    world = _on(guarded, policy)
+    assert replay_in_lockstep(STALE_SETTLE, world, World(policy, ONE), same_story=without_refusal_reasons) is None
+    assert world.trace[-1].sentence.endswith("the ledger refuses")
+
+
+def test_the_shipped_retry_job_lets_a_stale_settle_give_back_the_retrys_row(shipped):
+    """Why the guard retries on a fresh row: with retry_job on the same row, even abandon-fenced's janitor frees the retry's unit."""
+    policy = POLICIES["abandon-fenced"]
+    difference = replay_in_lockstep(STALE_SETTLE, _on(shipped, policy), World(policy, ONE), same_story=without_refusal_reasons)
+    assert difference is not None and difference.what == "settle: the step's story"
+    broken = replay_actions(policy, ONE, STALE_SETTLE, BY_NAME["capacity_conserved"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None and "freed its unit again" in broken.message
+
+
+def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, procrastinate_module):
+    """procrastinate with fence.guard: no invariant broken, no lockstep difference, every danger reached (1 unit, 1 job)."""
+    found = judge_target(TARGETS["procrastinate+guard"], postgres_url, configs=[ONE],
+                         run_settings=profile_settings(GUARDED_EXAMPLES, 30))
+    report = found.report
+    assert {name: cell.verdict for name, cell in report.cells.items()} == {
+        name: Verdict.NOT_FOUND for name in report.cells
+    }, {name: cell.detail for name, cell in report.cells.items()}
+    reached = report.reached[ONE]
+    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"])), dict(reached)
+    assert found.lockstep_findings == []
+
+
+@pytest.mark.slow
+def test_the_guarded_row_holds_at_both_configurations(postgres_url, procrastinate_module):
+    """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each: nothing found, every danger reached."""
+    found = judge_target(TARGETS["procrastinate+guard"], postgres_url,
+                         run_settings=profile_settings(150, 30))
+    assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
+    assert found.lockstep_findings == []
+
+
+def test_the_guard_in_a_task_run_by_procrastinates_own_worker(postgres_url, procrastinate_module):
+    """A stalled attempt is abandoned by the guarded recipe, the fresh row runs on a real worker, the stale commit is refused."""
+    import procrastinate
+
+    from fence.guard import Guard, Refused
+
+    targets = procrastinate_module
+    guard = Guard.open(postgres_url, namespace="fence_guard_test")
+    guard.destination.store.reset()
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=postgres_url))
+
+    @app.task(name="send_ticket", pass_context=True)
+    def send_ticket(context, key: str, body: str) -> None:
+        with guard.attempt(key, targets.attempt_id(context.job)) as attempt:
+            attempt.commit(body)
+
+    async def story():
+        async with app.open_async():
+            await targets.ensure_schema(app)
+            await app.connector.execute_query_async(query=f"TRUNCATE {targets.TABLES} RESTART IDENTITY CASCADE")
+            job_manager = app.job_manager
+            await send_ticket.configure(queue="tickets", lock="t1", queueing_lock="t1").defer_async(key="t1", body="hello")
+            # A worker takes the job, starts the task, and stalls: its heartbeat goes quiet.
+            stalled_worker = await job_manager.register_worker()
+            stale_job = await job_manager.fetch_job(queues=["tickets"], worker_id=stalled_worker)
+            stale = guard.attempt("t1", targets.attempt_id(stale_job)).__enter__()
+            await app.connector.execute_query_async(
+                query="UPDATE procrastinate_workers SET last_heartbeat = last_heartbeat - interval '10 minutes'")
+            recovered = await targets.recover_stalled_jobs(app, guard, seconds_since_heartbeat=30)
+            # procrastinate's own worker runs the fresh row.
+            await app.run_worker_async(queues=["tickets"], wait=False, install_signal_handlers=False)
+            rows = await job_manager.list_jobs_async()
+            return stale, stale_job, recovered, rows
+
+    try:
+        stale, stale_job, recovered, rows = asyncio.run(story())
+        assert [(job.id, decision) for job, decision in recovered] == [(stale_job.id, Decision.UNUSED)]
+        assert [(row.id, row.status) for row in rows] == [(stale_job.id, "failed"), (stale_job.id + 1, "succeeded")]
+        with pytest.raises(Refused) as refused:
+            stale.commit("hello")  # the stalled task wakes up and writes
+        assert refused.value.result is CommitResult.ABANDONED
+        effects = guard.destination.effects()
+        assert [(e.key, e.attempt_id) for e in effects] == [("t1", f"t1@{stale_job.id + 1}")]
+    finally:
+        guard.close()
+
+
+# -- the command line -------------------------------------------------------------------------
+FENCE = [sys.executable, "-m", "fence._cli"]
+
+
+def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrastinate_module):
+    """fence targets with a PostgreSQL URL nobody listens on says so in one line and exits 2."""
+    result = subprocess.run([*FENCE, "targets", "--profile", "quick", "--postgres", "postgresql://fence@127.0.0.1:1/fence"],
+                            capture_output=True, text=True, timeout=120)
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("PostgreSQL:")]
+    assert result.returncode == 2 and len(lines) == 1 and "cannot reach PostgreSQL" in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_cli_targets_prints_both_rows_and_replays_what_it_found(postgres_url, procrastinate_module, tmp_path):
+    """fence targets --profile quick: the shipped row violated with replayed counterexamples, the guarded row not-found, exit 0."""
+    report = tmp_path / "targets.txt"
+    result = subprocess.run([*FENCE, "targets", "--profile", "quick", "--postgres", postgres_url, "--report", str(report)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:3]}
+    assert rows["procrastinate"][0].startswith("violated") and rows["procrastinate+guard"] == ["not-found"] * 7
+    assert "DID NOT REPLAY" not in result.stdout and "replayed on a fresh database: job1 was written 2 times" in result.stdout
+    assert report.read_text().startswith("# command: fence targets")
