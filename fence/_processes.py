@@ -49,7 +49,6 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from fence._destination import AttemptState, CommitResult
@@ -72,13 +71,12 @@ from fence._realclock import (
     close_crash_variant,
     close_delayed_variant,
 )
-from fence.backends import open_backend
+from fence.backends import POSTGRES_SCRIPT, open_backend, private_postgres
 
 JANITOR_POLL = 0.005
 """Seconds between a janitor's claims in the experiments (the fleet polls at 0.02)."""
 READY_TIMEOUT = 30.0
-SCRIPT = Path(__file__).resolve().parent / "_scripts" / "postgres.sh"
-"""Package data, so that an installed fence starts its own cluster (scripts/postgres.sh runs it in a checkout)."""
+SCRIPT = POSTGRES_SCRIPT
 CRASH_POINTS = ("after-effect", "in-flight", "before-effect")
 """Where a worker is SIGKILLed in the crash-boundary experiment."""
 SETTLED = frozenset({ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING})
@@ -905,15 +903,8 @@ def backend_url(kind: str, url: str | None = None) -> Iterator[tuple[str, bool]]
         _check(env)
         yield env, _ours(env)
         return
-    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
-    if started.returncode != 0:
-        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BackendError(f"could not start a private PostgreSQL cluster ({last}); set FENCE_POSTGRES_URL")
-    url = started.stdout.strip().splitlines()[-1]
-    try:
+    with private_postgres() as url:
         yield url, True
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", url], capture_output=True, timeout=120)
 
 
 def _check(url: str) -> None:

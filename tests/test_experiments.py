@@ -16,6 +16,7 @@ import pytest
 
 from fence import _realclock
 from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
+from tests.real_runs import ON_THREADS
 
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
@@ -204,20 +205,7 @@ def test_contention_sweep_reports_the_measured_median_wait_per_lease(contention)
     assert f"inheritor_waited={','.join(f'{m:.3f}' for m in medians)}s " in summary
 
 
-# What fence's invariants say of each thread trial, judged from the run's facts
-# (fence._live) by the same INVARIANTS that judge the models: the real-clock
-# engine has no audit of its own.
-BROKEN_ON_THREADS = {
-    ("crash", "POLICY=naive CRASH=after-effect"): {"no_duplicate_writes", "no_release_while_effect_exists", "everything_settles"},
-    ("crash", "POLICY=naive CRASH=before-effect"): set(),
-    ("crash", "POLICY=reconcile CRASH=after-effect"): set(),
-    ("crash", "POLICY=reconcile CRASH=before-effect"): set(),
-    ("delayed", "MODE=naive"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
-    ("delayed", "MODE=reconcile"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
-    ("delayed", "MODE=fenced"): {"no_early_release"},
-    ("delayed", "MODE=witness"): set(),
-    ("delayed", "MODE=abandon"): set(),
-}
+BROKEN_ON_THREADS = ON_THREADS  # judged by the same INVARIANTS as the models (fence._live)
 
 
 @pytest.mark.realclock

@@ -17,6 +17,7 @@ import pytest
 
 from fence import _processes
 from fence._experiments_cli import QUICK_PROCESS_LEASE
+from tests.real_runs import BROKEN
 
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
@@ -117,23 +118,7 @@ def test_delayed_commit_fenced_retry_wins_and_the_old_process_is_refused(delayed
         assert t["wasted"] == t["old_commit"] - reserved
 
 
-# What INVARIANTS say of each process trial, judged on the facts the parent
-# recorded from its children's reports (fence._live), never on a database read.
-# A SIGKILL in flight rolls the commit back, so it breaks what a crash before
-# the effect breaks: nothing.
-BROKEN_ON_PROCESSES = {
-    ("crash", "POLICY=naive CRASH=after-effect"): {"no_duplicate_writes", "no_release_while_effect_exists", "everything_settles"},
-    ("crash", "POLICY=naive CRASH=in-flight"): set(),
-    ("crash", "POLICY=naive CRASH=before-effect"): set(),
-    ("crash", "POLICY=reconcile CRASH=after-effect"): set(),
-    ("crash", "POLICY=reconcile CRASH=in-flight"): set(),
-    ("crash", "POLICY=reconcile CRASH=before-effect"): set(),
-    ("delayed", "MODE=naive"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
-    ("delayed", "MODE=reconcile"): {"no_duplicate_writes", "no_early_release", "everything_settles"},
-    ("delayed", "MODE=fenced"): {"no_early_release"},
-    ("delayed", "MODE=witness"): set(),
-    ("delayed", "MODE=abandon"): set(),
-}
+BROKEN_ON_PROCESSES = BROKEN  # the same table as on threads, judged on the parent's recorded facts
 
 
 @pytest.mark.realclock

@@ -21,11 +21,13 @@ another version raise ``BackendError`` with one line saying what to do.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fence._destination import Guards, TicketService
 from fence._errors import BackendError
@@ -201,3 +203,24 @@ def _storage_of_this_process(url: str) -> ModelStorage:
     if url not in _PROCESS_STORAGE:
         _PROCESS_STORAGE[url] = ModelStorage(url, namespace=f"fence_worker_{os.getpid()}")
     return _PROCESS_STORAGE[url]
+
+
+POSTGRES_SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "postgres.sh"
+"""Package data, so that an installed fence starts its own cluster (scripts/postgres.sh runs it in a checkout)."""
+
+
+@contextlib.contextmanager
+def private_postgres() -> Iterator[str]:
+    """A private PostgreSQL cluster (127.0.0.1 only, in a temporary directory), stopped on the way out.
+
+    Started by the project's own script; BackendError in one line if it cannot be.
+    """
+    started = subprocess.run(["bash", str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if started.returncode != 0:
+        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BackendError(f"could not start a private PostgreSQL cluster ({last}); set FENCE_POSTGRES_URL")
+    url = started.stdout.strip().splitlines()[-1]
+    try:
+        yield url
+    finally:
+        subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)

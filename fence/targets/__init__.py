@@ -35,21 +35,17 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
 from hypothesis import settings
 
-from fence._errors import BackendError, BadInput
+from fence._errors import BadInput
 from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
 from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config
 from fence._world import ModelConfig, World
-
-SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "postgres.sh"
-
+from fence.backends import private_postgres
 
 @dataclass(frozen=True)
 class Target:
@@ -188,12 +184,5 @@ def postgres(url: str | None = None) -> Iterator[tuple[str, bool]]:
     if url:
         yield url, False
         return
-    started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
-    if started.returncode != 0:
-        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BackendError(f"could not start a private PostgreSQL cluster ({last}); set FENCE_POSTGRES_URL")
-    url = started.stdout.strip().splitlines()[-1]
-    try:
+    with private_postgres() as url:
         yield url, True
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "stop", url], capture_output=True, timeout=120)
