@@ -233,15 +233,7 @@ class Observer:
 
         Returns the writes this commit made (what the record gained).
         """
-        if len(record) < len(self.effects) or any(
-            (a.key, a.attempt_id, a.payload) != (b.key, b.attempt_id, b.payload)
-            for a, b in zip(self.effects, record)
-        ):
-            raise ProtocolBroken(
-                "the destination's effects() lost or rewrote an earlier write: it must list every "
-                "write that landed, in order, and never change the past"
-            )
-        written = record[len(self.effects):]
+        written = self._gained(record)
         for effect in written:
             self.write_landed(effect, attempt, identity, reservation_id)
         if not written and result is CommitResult.ALREADY_EXISTS:
@@ -253,13 +245,37 @@ class Observer:
                 )
         return written
 
-    def write_landed(self, effect: Effect, attempt: str, identity: str, reservation_id: str) -> None:
-        """One write seen in the destination's record, made by ``attempt``: judge invariants 1 and 3."""
+    def _gained(self, record: list[Effect]) -> list[Effect]:
+        """What ``record`` (a fresh effects() read) holds beyond the writes already seen."""
+        if len(record) < len(self.effects) or any(
+            (a.key, a.attempt_id, a.payload) != (b.key, b.attempt_id, b.payload)
+            for a, b in zip(self.effects, record)
+        ):
+            raise ProtocolBroken(
+                "the destination's effects() lost or rewrote an earlier write: it must list every "
+                "write that landed, in order, and never change the past"
+            )
+        return record[len(self.effects):]
+
+    def _count_write(self, effect: Effect) -> None:
         self.effects.append(effect)
         self.effects_per_key[effect.key] += 1
         self.first_payload.setdefault(effect.key, effect.payload)
         if self.effects_per_key[effect.key] == 2:
             self.findings.add("no_duplicate_writes", f"{effect.key} was written 2 times")
+
+    def writes_no_worker_made(self, record: list[Effect]) -> list[Effect]:
+        """Writes the record gained outside a worker's commit: a janitor's policy wrote (its probe,
+        decide or second step called commit), or the destination wrote on its own. They count like
+        any write (invariants 1 and 6); no attempt's lease is judged by them."""
+        written = self._gained(record)
+        for effect in written:
+            self._count_write(effect)
+        return written
+
+    def write_landed(self, effect: Effect, attempt: str, identity: str, reservation_id: str) -> None:
+        """One write seen in the destination's record, made by ``attempt``: judge invariants 1 and 3."""
+        self._count_write(effect)
         if self.released(reservation_id):
             self.findings.add(
                 "no_early_release",
@@ -291,8 +307,10 @@ class ObservedDestination:
 
     ``abandon_unless_committed`` answering ABANDONED is the destination's promise
     to refuse that attempt from now on; the observer records the promise, and an
-    effect of that attempt landing later is a finding. Every other attribute is
-    the destination's own.
+    effect of that attempt landing later is a finding. A ``commit`` the policy
+    makes is read back like a worker's, so its write is counted where it
+    happened, not credited to the next worker who commits. Every other
+    attribute is the destination's own.
     """
 
     def __init__(self, destination, observer: Observer) -> None:
@@ -303,6 +321,12 @@ class ObservedDestination:
         answer = self._destination.abandon_unless_committed(attempt_id)
         self._observer.abandon_answered(attempt_id, answer)
         return answer
+
+    def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        """A policy that writes (from its probe, decide or second step): the write is a fact too."""
+        result = self._destination.commit(attempt_id, key, payload)
+        self._observer.writes_no_worker_made(self._destination.effects())
+        return result
 
     def __getattr__(self, name: str):
         if name in ("_destination", "_observer") or name.startswith("__"):

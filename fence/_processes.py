@@ -331,6 +331,9 @@ class _AbandonReporter:
     def abandon_answered(self, identity: str, answer: AttemptState | None) -> None:
         self.link.send("abandon", identity=identity, answer=None if answer is None else answer.value)
 
+    def writes_no_worker_made(self, record) -> list:
+        return []  # the parent reads every write from the database record itself (LiveRun.sync_writes)
+
 
 # -- the parent side --------------------------------------------------------------------
 @dataclass

@@ -735,6 +735,8 @@ class World:
         for action in self.enabled("reserve") + retries:
             if action in self.enabled(action.kind):
                 self.apply(action)
+        # A write no commit reported (a destination that writes on its own) still counts at the end.
+        self.observer.writes_no_worker_made(self.destination.effects())
 
     def _settle_order(self, action: Settle) -> tuple:
         """The drain's order of settles: by reservation, then by the answer held, then janitor.

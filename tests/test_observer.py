@@ -14,7 +14,7 @@ from fence._invariants import BY_NAME
 from fence._ledger import Move
 from fence._policies import POLICIES
 from fence._verdicts import EXPLORER_BOUND
-from fence._world import Probe, Reserve, Scan, Tick, World
+from fence._world import Crash, Probe, Reserve, Scan, Start, Tick, World
 from fence._worker import WORKER_TRANSITIONS, Phase, WorkerMove, next_phase, worker_mermaid
 from fence._errors import IllegalMove
 
@@ -133,3 +133,46 @@ def test_the_readme_diagrams_are_the_tables():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert f"```mermaid\n{transitions_mermaid()}\n```" in readme
     assert f"```mermaid\n{worker_mermaid()}\n```" in readme
+
+
+class ProbeWritesPlaceholder(Policy):
+    """A policy whose probe() commits a placeholder ticket (tests/seeded/probe_writes.py, in short)."""
+
+    def probe(self, destination, reservation):
+        destination.commit(reservation.owner, reservation.key, "placeholder")
+        return Evidence(key_exists=True)
+
+    def decide(self, evidence):
+        return Decision.EXISTING
+
+
+def test_a_write_a_policy_makes_is_counted_when_it_is_made():
+    """A commit from a policy's probe is a fact at once, not credited to the next worker's commit.
+
+    Before, such a write was seen only when some worker committed next; with no
+    later commit the job was judged to end with no effect (everything_settles
+    violated) while the destination held its ticket.
+    """
+    world = World(ProbeWritesPlaceholder(), EXPLORER_BOUND)
+    for action in (Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1")):
+        world.apply(action)
+    assert world.observer.effects_per_key["job1"] == 1
+    assert [e.payload for e in world.observer.effects] == ["placeholder"]
+
+
+class WritesOnRegister(TicketService):
+    """A destination that writes a ticket when an attempt registers: a write no commit makes."""
+
+    def register(self, attempt_id, key):
+        answer = super().register(attempt_id, key)
+        super().commit(attempt_id, key, "from register")
+        return answer
+
+
+def test_a_write_no_commit_reported_counts_at_the_drain():
+    """The drain reads the destination's record once more: a write nobody reported still counts."""
+    world = World(POLICIES["reconcile"], EXPLORER_BOUND, destination_factory=WritesOnRegister)
+    for action in (Reserve("job1"), Start("job1#1"), Crash("job1#1")):  # it never commits
+        world.apply(action)
+    world.drain()
+    assert world.observer.effects_per_key["job1"] == len(world.destination.effects()) == 1

@@ -33,6 +33,8 @@ def _spec(text: str) -> str:
 CASES = {
     "decide() writes (check-then-act)": (
         ["decide_writes.py:LookupThenAbandon"], "no_release_while_effect_exists", "pvppppp"),
+    "probe() writes a placeholder ticket": (
+        ["probe_writes.py:PlaceholderThenFree"], "no_silent_replay", "pvvpppv"),
     "janitor frees, then abandons in a second step": (
         ["free_then_abandon.py:FreeThenAbandon"], "no_early_release", "pvvpppp"),
     "TicketService subclass with state of its own": (
