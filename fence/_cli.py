@@ -23,21 +23,23 @@ import json
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
 from fence import _counterexample
-from fence._errors import BackendError, BadInput
+from fence._errors import BackendError, BadInput, PluginBroken
 from fence._invariants import INVARIANTS
 from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
 from fence._policies import POLICIES, JanitorPolicy
+from fence._pool import run_tasks
+from fence._protocol import broken_in
 from fence._verdicts import (
     EXPECTED_FILE,
     DEFAULT_CONFIGS,
     EXPLORER_BOUND,
     EXPLORER_CHECK_BUDGET,
+    Cell,
     ConfigResult,
     PolicyReport,
     Verdict,
@@ -80,15 +82,28 @@ def _configs(args) -> tuple[ModelConfig, ...]:
     return (config,)
 
 
+@dataclass(frozen=True)
+class _ExplorerFailed:
+    """The explorer's task raised (a plug-in broke its protocol, or raised): the row is an error."""
+
+    detail: str
+
+
 def _survey_one(arguments):
     policy, config, options = arguments
     if config is None:  # the explorer's task: the whole row at EXPLORER_BOUND
         from fence._explore import explore
 
-        return explore(
-            policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
-            ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
-        )
+        try:
+            return explore(
+                policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
+                ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
+            )
+        except Exception as crash:  # as survey_config does for Hypothesis
+            broken = broken_in(crash)
+            if broken is not None:  # one line and exit 2 (main)
+                raise broken from None
+            return _ExplorerFailed(f"{type(crash).__name__}: {crash}")  # the cells say "error"
     return survey_config(policy, config, **options)
 
 
@@ -133,32 +148,54 @@ def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> 
     tasks = [(policy, config, options) for policy in policies for config in configs]
     if explore_too:
         tasks = [(policy, None, options) for policy in policies] + tasks
-    expected_results = len(configs) + (1 if explore_too else 0)
-    pending: dict[str, list] = {policy.name: [] for policy in policies}
-    by_name = {policy.name: policy for policy in policies}
+    per_policy = len(configs) + (1 if explore_too else 0)
+    results: dict[int, object] = {}
+    done_per_policy: Counter = Counter()
     reports: dict[str, PolicyReport] = {}
 
-    def finished(policy: JanitorPolicy, result) -> None:
-        pending[policy.name].append(result)
-        if len(pending[policy.name]) == expected_results:
-            surveys = [r for r in pending[policy.name] if isinstance(r, ConfigResult)]
-            report = combine(by_name[policy.name], surveys)
-            explored = [r for r in pending[policy.name] if not isinstance(r, ConfigResult)]
-            if explored:
-                report = with_explorer(report, explored[0], destination, ledger)
-            reports[policy.name] = report
-            _progress_line(sys.stderr, len(reports), len(policies), report)
+    def row(policy: JanitorPolicy) -> PolicyReport:
+        """Combine a policy's results in task order, whatever order they finished in."""
+        mine = [results[i] for i, task in enumerate(tasks) if task[0].name == policy.name]
+        report = combine(policy, [r for r in mine if isinstance(r, ConfigResult)])
+        failed = [r for r in mine if isinstance(r, _ExplorerFailed)]
+        explored = [r for r in mine if not isinstance(r, (ConfigResult, _ExplorerFailed))]
+        if failed:
+            if not any(cell.verdict is Verdict.ERROR for cell in report.cells.values()):
+                report.cells = {inv.name: Cell(Verdict.ERROR, detail=failed[0].detail) for inv in INVARIANTS}
+        elif explored:
+            report = with_explorer(report, explored[0], destination, ledger)
+        return report
 
     # A backend's ModelStorage pickles into a storage of each worker's own; a
     # user's plug-ins pickle by reference (fence._plugins registers their module).
-    if args.workers > 1 and len(tasks) > 1 and _picklable(tasks):
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            for (policy, _config, _options), result in zip(tasks, pool.map(_survey_one, tasks)):
-                finished(policy, result)
-    else:
-        for task in tasks:
-            finished(task[0], _survey_one(task))
+    workers = args.workers if _picklable(tasks) else 1
+    for index, result in run_tasks(_survey_one, tasks, workers):
+        results[index] = result
+        policy = tasks[index][0]
+        _task_line(sys.stderr, len(results), len(tasks), policy, tasks[index][1], result)
+        done_per_policy[policy.name] += 1
+        if done_per_policy[policy.name] == per_policy:
+            reports[policy.name] = row(policy)
+            _progress_line(sys.stderr, len(reports), len(policies), reports[policy.name])
     return [reports[policy.name] for policy in policies]
+
+
+def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: ModelConfig | None, result) -> None:
+    """One line per finished task (a policy at one configuration, or its explorer run)."""
+    if isinstance(result, _ExplorerFailed):
+        said = f"error: {result.detail}"
+        where = "the explorer"
+    elif isinstance(result, ConfigResult):
+        where = f"Hypothesis at {config.describe()}"
+        said = f"error: {result.error}" if result.error else (
+            f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
+        )
+    else:
+        where = f"the explorer at {result.config.describe()}, horizon {result.config.horizon}"
+        counts = Counter(item.outcome.value for item in result.results.values())
+        said = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({result.states:,} states, {result.seconds:.1f}s)"
+    stream.write(f"[{done}/{total}] {policy.name}, {where}: {said}\n")
+    stream.flush()
 
 
 def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
@@ -167,7 +204,7 @@ def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None
     explored = report.exploration
     states = f", explorer {explored.states} states" if explored is not None else ""
     stream.write(
-        f"[{index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
+        f"[policy {index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
         f"{report.seconds:.1f}s)\n"
     )
     stream.flush()
@@ -286,7 +323,7 @@ def cmd_verdicts(args) -> int:
     started = time.perf_counter()
     expected_path = Path(args.expected) if args.expected else EXPECTED_FILE
     expected = load_expected(expected_path)
-    names = args.policy or list(POLICIES)
+    names = list(dict.fromkeys(args.policy or POLICIES))  # a policy named twice is judged once
     policies = [load_policy(name) for name in names]
     if args.backend:
         from fence.backends import ModelStorage
@@ -355,7 +392,7 @@ def cmd_check(args) -> int:
     cells = reports[0].cells
     for name, cell in cells.items():
         if cell.verdict is Verdict.ERROR:
-            print(f"fence: {reports[0].policy.name} / {name}: a plug-in raised: {cell.detail}", file=sys.stderr)
+            print(f"fence: checking {reports[0].policy.name}: {cell.detail}", file=sys.stderr)
             break
     for name, cell in cells.items():
         if cell.verdict is Verdict.DISAGREE:
@@ -546,18 +583,24 @@ def cmd_explore(args) -> int:
     problem = config.problem()
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
-    found = _explore.explore_with_workers(
-        policy,
-        config,
-        workers=args.workers,
-        max_depth=args.max_depth,
-        max_states=args.max_states,
-        time_budget=args.time_budget,
-        symmetry=args.symmetry,
-        destination_factory=destination,
-        ledger_factory=ledger,
-        progress=None if args.json else _level_line,
-    )
+    try:
+        found = _explore.explore_with_workers(
+            policy,
+            config,
+            workers=args.workers,
+            max_depth=args.max_depth,
+            max_states=args.max_states,
+            time_budget=args.time_budget,
+            symmetry=args.symmetry,
+            destination_factory=destination,
+            ledger_factory=ledger,
+            progress=None if args.json else _level_line,
+        )
+    except Exception as crash:
+        broken = broken_in(crash)
+        if broken is None:  # fence's own code raised: a bug, with its traceback
+            raise
+        raise broken from None
     out = Path(args.out)
     written = []
     for item in found.results.values():
@@ -645,9 +688,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (BadInput, BackendError) as error:
+    except (BadInput, BackendError, PluginBroken) as error:
         print(f"fence: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Workers ignore SIGINT and were stopped on the way out (fence._pool); every
+        # file is written whole or not at all (fence._evidence.write_atomically).
+        print("fence: interrupted; no file was left half-written", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`fence verdicts --json | head -1`): nothing more to say to it.
         # Point stdout at nothing so that the interpreter's final flush is quiet too.
