@@ -353,8 +353,8 @@ def _explorer_plot(rows, picture: Path) -> bool:
     right.legend(fontsize=7)
     figure.suptitle("fence explore: growth with units x jobs x attempts and horizon (lease 2, 2 janitors)")
     figure.tight_layout()
-    picture.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(picture, dpi=110)
+    with _evidence.atomic_target(picture) as temporary:
+        figure.savefig(temporary, format="png", dpi=110)
     plt.close(figure)
     return True
 

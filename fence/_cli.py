@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from fence import _counterexample
+from fence import _counterexample, _output
 from fence._errors import BackendError, BadInput, PluginBroken
 from fence._invariants import INVARIANTS
 from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
@@ -184,18 +184,22 @@ def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: Mod
     """One line per finished task (a policy at one configuration, or its explorer run)."""
     if isinstance(result, _ExplorerFailed):
         said = f"error: {result.detail}"
-        where = "the explorer"
+        where = "explorer"
     elif isinstance(result, ConfigResult):
-        where = f"Hypothesis at {config.describe()}"
+        where = f"Hypothesis, {_bound(config)}"
         said = f"error: {result.error}" if result.error else (
             f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
         )
     else:
-        where = f"the explorer at {result.config.describe()}, horizon {result.config.horizon}"
+        where = f"explorer, {_bound(result.config)} x {result.config.max_attempts} attempt(s), horizon {result.config.horizon}"
         counts = Counter(item.outcome.value for item in result.results.values())
         said = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({result.states:,} states, {result.seconds:.1f}s)"
     stream.write(f"[{done}/{total}] {policy.name}, {where}: {said}\n")
     stream.flush()
+
+
+def _bound(config: ModelConfig) -> str:
+    return f"{config.capacity} unit(s) x {config.jobs} job(s)"
 
 
 def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
@@ -291,16 +295,18 @@ def _engines_json(report: PolicyReport) -> dict:
     return engines
 
 
-def _report(reports: list[PolicyReport], args, differences, specs: PlugInSpecs | None = None) -> str:
-    """Write the counterexamples, print the table and the steps; return what was printed."""
+def _report(reports: list[PolicyReport], args, differences, out: Path, specs: PlugInSpecs | None = None) -> str:
+    """Write the counterexamples (replacing each judged policy's old ones), print the table and the steps."""
     written: list[Path] = []
-    out = Path(args.out)
     for report in reports:
+        mine: list[Path] = []
         for name, cell in report.cells.items():
             if cell.counterexample:
                 if specs is not None:  # so that fence replay loads the same plug-ins
                     cell.counterexample = replace(cell.counterexample, plugins=specs)
-                written.extend(_counterexample.write(cell.counterexample, out))
+                mine.extend(_counterexample.write(cell.counterexample, out))
+        _counterexample.remove_stale(out, report.policy.name, mine)
+        written.extend(mine)
     if args.json:
         text = json.dumps(_as_json(reports, differences), indent=2)
         print(text)
@@ -325,32 +331,38 @@ def cmd_verdicts(args) -> int:
     expected = load_expected(expected_path)
     names = list(dict.fromkeys(args.policy or POLICIES))  # a policy named twice is judged once
     policies = [load_policy(name) for name in names]
+    _configs(args)  # bad numbers are refused before anything is made
+    report_path = _report_path(args, _output.EVIDENCE / _recorded_verdicts(args.backend))
     if args.backend:
         from fence.backends import ModelStorage
 
         storage = ModelStorage(args.backend)
         try:
+            # The committed counterexamples are the in-memory ones: on a backend, --record
+            # writes the report only, and the counterexamples go to a fresh directory.
+            out = _output.directory(args, "verdicts", None if args.backend else _output.EVIDENCE / "counterexamples")
             reports = _run(policies, args, storage.destination_factory, storage.ledger_factory)
         finally:
             storage.close()
     else:
+        out = _output.directory(args, "verdicts", _output.EVIDENCE / "counterexamples")
         reports = _run(policies, args)
     differences = compare(reports, expected, hypothesis_only=bool(args.backend))
-    printed = _report(reports, args, differences)
+    printed = _report(reports, args, differences, out)
     lines = [
         f"DIFFERS: {d.policy} / {d.invariant}: expected {d.expected.value if d.expected else 'no expectation'}, "
         f"observed {d.observed.value}"
         for d in differences
     ]
-    if args.report:
+    if report_path is not None:
         from fence import _evidence
 
-        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence verdicts"
+        command = _output.command_line("fence verdicts")
         summary = lines or [f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}"]
         text = "\n".join([
             *_evidence.header(command), f"# wall time {time.perf_counter() - started:.0f}s", "", printed, "", *summary,
         ]) + "\n"
-        _evidence.write_atomically(Path(args.report), text)
+        _evidence.write_atomically(report_path, text)
     if differences:
         for line in lines:
             print(line, file=sys.stderr)
@@ -358,6 +370,22 @@ def cmd_verdicts(args) -> int:
     if not args.json:
         print(f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}")
     return 0
+
+
+def _recorded_verdicts(backend: str | None) -> str:
+    """The evidence file ``verdicts --record`` writes: one per kind of backend."""
+    if not backend:
+        return "verdicts.txt"
+    return "verdicts-postgres.txt" if backend.startswith("postgres") else "verdicts-sqlite.txt"
+
+
+def _report_path(args, recorded: Path | None) -> Path | None:
+    """``--report FILE`` (or, with ``--record``, the evidence file), checked writable now; None if neither."""
+    if args.report:
+        return _output.writable_file(Path(args.report), "--report")
+    if getattr(args, "record", False) and recorded is not None:
+        return _output.writable_file(_output.in_evidence(recorded), "--record")
+    return None
 
 
 def _plug_ins(args) -> tuple[JanitorPolicy, object, object, PlugInSpecs]:
@@ -387,8 +415,10 @@ def exit_status(verdicts) -> int:
 
 def cmd_check(args) -> int:
     policy, destination, ledger, specs = _plug_ins(args)
+    _configs(args)  # bad numbers are refused before anything is made
+    out = _output.directory(args, "check")
     reports = _run([policy], args, destination, ledger)
-    _report(reports, args, [], specs)
+    _report(reports, args, [], out, specs)
     cells = reports[0].cells
     for name, cell in cells.items():
         if cell.verdict is Verdict.ERROR:
@@ -424,9 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fence {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(p):
+    def common(p, record: str | None):
         p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-        p.add_argument("--out", default="evidence/counterexamples", help="where counterexamples go")
+        _output.add_options(p, record=record, out_help="where counterexamples go")
         p.add_argument("--profile", choices=PROFILES, default="default", help="search effort")
         p.add_argument("--seed", type=int, help="a random seed instead of the derandomised default")
         p.add_argument("--workers", type=_positive, default=2, help="processes to judge policies in")
@@ -435,7 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--lease", type=_non_negative, help="lease in ticks (at least 1)")
 
     verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
-    common(verdicts)
+    common(verdicts, "counterexamples into evidence/counterexamples/, the report into evidence/verdicts.txt "
+                     "(on a backend: the report only, evidence/verdicts-sqlite.txt or -postgres.txt)")
     verdicts.add_argument("--policy", action="append", help="only this policy (repeatable)")
     verdicts.add_argument("--expected", help="expected-verdicts file (default: the committed one)")
     verdicts.add_argument(
@@ -451,7 +482,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.set_defaults(handler=cmd_verdicts)
 
     check = sub.add_parser("check", help="both engines on your policy, destination and ledger")
-    common(check)
+    common(check, None)  # a user's plug-in is never the repository's evidence
     check.add_argument("policy", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     check.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory (called with the Guards)")
     check.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory (called with the capacity)")
@@ -475,7 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
     explore.add_argument("--workers", type=_positive, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    explore.add_argument("--out", default="evidence/counterexamples/explorer", help="where counterexamples go")
+    _output.add_options(explore, record="counterexamples into evidence/counterexamples/explorer/", out_help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
     explore.set_defaults(handler=cmd_explore)
 
@@ -492,7 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
     bench.add_argument("--workers", type=_positive, help="processes (default 2; fleet: 8 workers)")
-    bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt; fleet: evidence/fleet-<backend>.txt)")
+    _output.add_options(
+        bench, record="evidence/<what>.txt (fleet: evidence/fleet-<backend>.txt)",
+        out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
+        report="write the figures to FILE instead (explorer: and its plot beside it, as .png)",
+    )
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
@@ -532,6 +567,13 @@ def cmd_db(args) -> int:
         reset_backend(args.url)
         print(f"{args.url}: fence's tables are empty (schema version {SCHEMA_VERSION})")
         return 0
+    if args.url.startswith("sqlite://"):
+        from fence.backends import _sqlite_path
+
+        path = _sqlite_path(args.url)
+        if not path.is_file():  # opening it would create it: check is not the command that makes one
+            what = "is not a file" if path.exists() else "does not exist"
+            raise BadInput(f"{args.url}: the database file {path} {what}; 'fence db reset {args.url}' creates one")
     store = open_store(args.url)
     if store is None:
         print("memory: nothing is stored; the ledger lives and dies with its process")
@@ -583,6 +625,8 @@ def cmd_explore(args) -> int:
     problem = config.problem()
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
+    report_path = _report_path(args, None)
+    out = _output.directory(args, "explore", _output.EVIDENCE / "counterexamples" / "explorer")
     try:
         found = _explore.explore_with_workers(
             policy,
@@ -601,18 +645,17 @@ def cmd_explore(args) -> int:
         if broken is None:  # fence's own code raised: a bug, with its traceback
             raise
         raise broken from None
-    out = Path(args.out)
     written = []
     for item in found.results.values():
         if item.counterexample:
             item.counterexample = replace(item.counterexample, plugins=specs)
             written.extend(_counterexample.write(item.counterexample, out))
-    if args.report:
+    if report_path is not None:
         from fence import _evidence
 
-        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence explore"
+        command = _output.command_line("fence explore")
         text = "\n".join([*_evidence.header(command), "", _explore.report_text(found)]) + "\n"
-        _evidence.write_atomically(Path(args.report), text)
+        _evidence.write_atomically(report_path, text)
     if args.json:
         print(json.dumps(_explore.to_json(found), indent=2))
     else:
@@ -651,12 +694,12 @@ def cmd_bench(args) -> int:
     args.workers = args.workers or 2
 
     examples, steps, _shrink = PROFILES[args.profile]
-    out = Path(args.out or f"evidence/{args.what}.txt")
-    command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench {args.what}"
+    command = _output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
     unknown = [name for name in names if name not in POLICIES]
     if unknown:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
+    out = _output.report_file(args, f"bench {args.what}", f"{args.what}.txt")
     if args.what == "explorer":
         return _bench.explorer(names, args.time_budget, args.workers, command, out)
     if args.what == "counterexamples":
