@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -430,23 +431,80 @@ def cmd_check(args) -> int:
     return exit_status(cell.verdict for cell in cells.values())
 
 
-def _positive(text: str) -> int:
-    value = int(text)
+MOST = 1_000_000
+"""The largest count any option takes: past it, a typo, never a run that would finish."""
+MOST_IN_A_MODEL = 100
+"""Units, jobs and attempts in a model world: the explorer's state space explodes long before."""
+MOST_WORKERS = 64
+
+
+def _whole(text: str, most: int = MOST) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value:,}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
+    return value
+
+
+def _positive(text: str, most: int = MOST) -> int:
+    value = _whole(text, most)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
+def _model_size(text: str) -> int:
+    """Units, jobs or attempts of a model world."""
+    return _positive(text, MOST_IN_A_MODEL)
+
+
+def _states(text: str) -> int:
+    return _positive(text, 1_000_000_000)
+
+
+def _workers(text: str) -> int:
+    return _positive(text, MOST_WORKERS)
+
+
 def _non_negative(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"a lease cannot be negative, got {value}")
     return value
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # No abbreviations: '--lease' must not quietly mean '--lease-seconds' (one meaning per name).
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str):  # one line and exit 2, as for every bad input
-        self.exit(2, f"fence: {message} (see fence {self.prog.split()[-1]} --help)\n")
+        self.exit(2, f"fence: {message} (see {self.prog} --help)\n")
+
+
+class _LeaseInTicks(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "--lease is in model ticks (check, verdicts, explore); here the lease is on the real clock: "
+            "use --lease-seconds S"
+        )
+
+
+def _seconds_not_ticks(parser) -> None:
+    """``--lease`` means ticks everywhere; where the lease is real seconds, say so instead of guessing."""
+    parser.add_argument("--lease", action=_LeaseInTicks, help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -459,9 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
         _output.add_options(p, record=record, out_help="where counterexamples go")
         p.add_argument("--profile", choices=PROFILES, default="default", help="search effort")
         p.add_argument("--seed", type=int, help="a random seed instead of the derandomised default")
-        p.add_argument("--workers", type=_positive, default=2, help="processes to judge policies in")
-        p.add_argument("--capacity", type=_positive, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
-        p.add_argument("--jobs", type=_positive, help="jobs (at most --capacity)")
+        p.add_argument("--workers", type=_workers, default=2, help="processes to judge policies in")
+        p.add_argument("--capacity", type=_model_size, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
+        p.add_argument("--jobs", type=_model_size, help="jobs (at most --capacity)")
         p.add_argument("--lease", type=_non_negative, help="lease in ticks (at least 1)")
 
     verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
@@ -495,16 +553,16 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--policy", default="abandon-fenced", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     explore.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory")
     explore.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory")
-    explore.add_argument("--capacity", type=_positive, default=1, help="units (default 1)")
-    explore.add_argument("--jobs", type=_positive, help="jobs (default: --capacity)")
-    explore.add_argument("--attempts", type=_positive, default=3, help="attempts per job (default 3)")
+    explore.add_argument("--capacity", type=_model_size, default=1, help="units (default 1)")
+    explore.add_argument("--jobs", type=_model_size, help="jobs (default: --capacity)")
+    explore.add_argument("--attempts", type=_model_size, default=3, help="attempts per job (default 3)")
     explore.add_argument("--horizon", type=_zero_or_more, help="clock horizon in ticks (default: the explorer's)")
     explore.add_argument("--lease", type=_positive, default=ModelConfig.lease, help="lease in ticks")
     explore.add_argument("--max-depth", type=_zero_or_more, help="at most this many chosen steps per run")
-    explore.add_argument("--max-states", type=_positive, help="budget: stop (undetermined) after this many states")
+    explore.add_argument("--max-states", type=_states, help="budget: stop (undetermined) after this many states")
     explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
-    explore.add_argument("--workers", type=_positive, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
+    explore.add_argument("--workers", type=_workers, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
     _output.add_options(explore, record="counterexamples into evidence/counterexamples/explorer/", out_help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
@@ -522,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
-    bench.add_argument("--workers", type=_positive, help="processes (default 2; fleet: 8 workers)")
+    bench.add_argument("--workers", type=_workers, help="processes (default 2; fleet: 8 workers)")
     _output.add_options(
         bench, record="evidence/<what>.txt (fleet: evidence/fleet-<backend>.txt)",
         out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
@@ -536,8 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fleet: SIGKILL a random busy worker every SECONDS (default 0.5; 0: never)")
     fleet.add_argument("--restart-db", action=argparse.BooleanOptionalAction, default=None,
                        help="fleet: restart PostgreSQL once half the jobs are done (default: on for postgres)")
-    fleet.add_argument("--lease", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
-    fleet.add_argument("--janitors", type=_positive, default=2, help="fleet: janitor processes (default 2)")
+    fleet.add_argument("--lease-seconds", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
+    _seconds_not_ticks(bench)
+    fleet.add_argument("--janitors", type=_workers, default=2, help="fleet: janitor processes (default 2)")
     fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
     fleet.add_argument("--time-limit", type=_positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
     bench.set_defaults(handler=cmd_bench)
@@ -546,6 +605,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     experiments = sub.add_parser("experiments", help="the article's experiments on threads and the real clock")
     _experiments_cli.experiments_arguments(experiments)
+    _seconds_not_ticks(experiments)
     experiments.set_defaults(handler=_experiments_cli.cmd_experiments)
 
     replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
@@ -587,14 +647,14 @@ def cmd_db(args) -> int:
 
 
 def _zero_or_more(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
     return value
 
 
 def _positive_seconds(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
@@ -676,7 +736,7 @@ def cmd_explore(args) -> int:
 
 
 def _non_negative_seconds(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {text}")
     return value

@@ -73,7 +73,7 @@ def experiments_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help=f"for CI: {QUICK_LEASE:g}s base lease, fewer sweep trials")
     parser.add_argument("--only", choices=list(_realclock.EXPERIMENTS), help="run one experiment")
     _output.add_options(parser, record="evidence/experiments/", out_help="where the text and pictures go")
-    parser.add_argument("--lease", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
+    parser.add_argument("--lease-seconds", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
     parser.add_argument("--no-pictures", action="store_true", help="write the text evidence only")
     parser.add_argument("--processes", action="store_true",
                         help="workers and janitor as OS processes on a database, crashes as SIGKILL")
@@ -112,7 +112,7 @@ def cmd_experiments(args) -> int:
         raise BadInput("--backend and --url need --processes (the thread experiments run in memory)")
     quick = args.quick
     trials = args.trials or 5
-    lease = args.lease or (QUICK_LEASE if quick else FULL_LEASE)
+    lease = args.lease_seconds or (QUICK_LEASE if quick else FULL_LEASE)
     names = [args.only] if args.only else list(_realclock.EXPERIMENTS)
     out = _output.directory(args, "experiments", _output.EVIDENCE / "experiments")
     pictures = not args.no_pictures and _pictures_available()
@@ -161,8 +161,8 @@ def _command_line(args) -> str:
         words += ["--trials", str(args.trials)]
     if args.only:
         words += ["--only", args.only]
-    if args.lease:
-        words += ["--lease", f"{args.lease:g}"]
+    if args.lease_seconds:
+        words += ["--lease-seconds", f"{args.lease_seconds:g}"]
     if getattr(args, "processes", False):
         words += ["--backend", args.backend or "sqlite", "--processes"]
         if args.url:
@@ -217,7 +217,7 @@ def cmd_process_experiments(args) -> int:
         raise BadInput(f"--only {args.only} does not run on processes; use {' or '.join(_processes.EXPERIMENTS)}")
     kind = args.backend or "sqlite"
     trials = args.trials or 5
-    lease = args.lease or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
+    lease = args.lease_seconds or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
     names = [args.only] if args.only else list(_processes.EXPERIMENTS)
     _output.precheck(args)
     command = _command_line(args)
@@ -281,7 +281,7 @@ def cmd_fleet(args) -> int:
         backend_line = _backend_line(url)
         for name in policies:
             result = _processes.fleet(
-                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease or 1.0,
+                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease_seconds or 1.0,
                 kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
                 seed=args.seed, time_limit=args.time_limit, progress=progress,
             )
