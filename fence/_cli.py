@@ -328,6 +328,8 @@ def _report(reports: list[PolicyReport], args, differences, out: Path, specs: Pl
 
 def cmd_verdicts(args) -> int:
     started = time.perf_counter()
+    if args.shortest and args.backend:
+        raise BadInput("--shortest runs the explorer, which works in memory only; drop --shortest or --backend")
     expected_path = Path(args.expected) if args.expected else EXPECTED_FILE
     expected = load_expected(expected_path)
     names = list(dict.fromkeys(args.policy or POLICIES))  # a policy named twice is judged once
@@ -489,6 +491,11 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         # No abbreviations: '--lease' must not quietly mean '--lease-seconds' (one meaning per name).
         super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def _print_message(self, message, file=None):
+        # argparse swallows a failed write; a closed pipe must reach main (exit 141), as for any output.
+        if message:
+            (file or sys.stderr).write(message)
 
     def error(self, message: str):  # one line and exit 2, as for every bad input
         self.exit(2, f"fence: {message} (see {self.prog} --help)\n")
@@ -788,9 +795,16 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
     try:
-        return args.handler(args)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:  # --help, --version, a usage error: what argparse printed must reach a reader
+            sys.stdout.flush()
+            raise
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's last flush
+        return status
     except (BadInput, BackendError, PluginBroken) as error:
         print(f"fence: {error}", file=sys.stderr)
         return 2
