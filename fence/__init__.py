@@ -20,12 +20,17 @@ The public surface. The private modules each own one concern:
 * ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
+* ``_output``       where a command's files go (--out, --record, a fresh temporary directory)
+* ``_pool``         tasks on worker processes that a Ctrl-C stops at once and quietly
+* ``_protocol``     a plug-in's answers checked where fence receives them (``PluginBroken``)
 * ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
 * ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
 """
 
 from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
-from fence._errors import BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, StaleAttempt, WitnessRequired
+from fence._errors import (
+    BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, PluginBroken, StaleAttempt, WitnessRequired,
+)
 from fence._janitor import Janitor
 from fence._ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
 from fence._policies import (
@@ -45,7 +50,7 @@ from fence._policies import (
 __all__ = [
     "Abandon", "AttemptState", "BackendError", "BadInput", "CapacityExhausted", "CommitResult", "Decision",
     "Destination", "Effect", "Evidence", "FenceError", "Guards", "IllegalMove", "Janitor",
-    "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "Policy", "Reconcile", "Reservation",
+    "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "PluginBroken", "Policy", "Reconcile", "Reservation",
     "ReservationState", "StaleAttempt", "TRANSITIONS", "TicketService", "Witness",
     "WitnessRequired", "fenced", "with_shared_identity",
 ]
