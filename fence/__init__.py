@@ -21,6 +21,14 @@ The public surface. The private modules each own one concern:
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
 * ``_lockstep``     two worlds driven by the same actions and compared after every step
+* ``_observer``     the one observer of ground truth: facts recorded, findings per invariant
+* ``_live``         a real-clock run (threads, processes, agents) recorded as facts and
+                    judged by the same invariants
+* ``_worker``       the worker's life as one table (phases, moves, the confirm rule)
+* ``_draws``        Hypothesis draws that ignore source-code constants (reproducible verdicts)
+* ``_output``       where a command's files go (--out, --record, a fresh temporary directory)
+* ``_pool``         tasks on worker processes that a Ctrl-C stops at once and quietly
+* ``_protocol``     a plug-in's answers checked where fence receives them (``PluginBroken``)
 * ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
 * ``targets/``      real job systems (procrastinate) driven as the model's ledger, and
                     judged like it (``fence targets``, ``_targets_cli``)
@@ -29,7 +37,9 @@ The public surface. The private modules each own one concern:
 """
 
 from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
-from fence._errors import BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, StaleAttempt, WitnessRequired
+from fence._errors import (
+    BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, PluginBroken, StaleAttempt, WitnessRequired,
+)
 from fence._janitor import Janitor
 from fence._ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
 from fence._policies import (
@@ -49,7 +59,7 @@ from fence._policies import (
 __all__ = [
     "Abandon", "AttemptState", "BackendError", "BadInput", "CapacityExhausted", "CommitResult", "Decision",
     "Destination", "Effect", "Evidence", "FenceError", "Guards", "IllegalMove", "Janitor",
-    "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "Policy", "Reconcile", "Reservation",
+    "JanitorPolicy", "Ledger", "Move", "Naive", "POLICIES", "PluginBroken", "Policy", "Reconcile", "Reservation",
     "ReservationState", "StaleAttempt", "TRANSITIONS", "TicketService", "Witness",
     "WitnessRequired", "fenced", "with_shared_identity",
 ]

@@ -26,12 +26,12 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from fence import _evidence
+from fence._pool import run_tasks
 from fence._invariants import INVARIANTS, required_dangers
 from fence._policies import POLICIES
 from fence._invariants import BY_NAME
@@ -87,17 +87,17 @@ def detection(
     seconds: dict[str, list[float]] = {name: [] for name in names}
     dangers_reached: dict[str, int] = {name: 0 for name in names}
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, (name, seed, found, reached, took) in enumerate(pool.map(_one_seed, tasks), 1):
-            seconds[name].append(took)
-            dangers_reached[name] += reached
-            for invariant, (first, found_steps, minimised_steps) in found.items():
-                cell = figures[(name, invariant)]
-                cell.found_in += 1
-                cell.examples_to_first.append(first)
-                cell.found_steps.append(found_steps)
-                cell.minimised_steps.append(minimised_steps)
-            print(f"[{done}/{len(tasks)}] {name} seed {seed}: {len(found)} violated, {took:.1f}s", file=sys.stderr)
+    # One worker process per task, as finished; a Ctrl-C stops them all (fence._pool)
+    for done, (_, (name, seed, found, reached, took)) in enumerate(run_tasks(_one_seed, tasks, workers), 1):
+        seconds[name].append(took)
+        dangers_reached[name] += reached
+        for invariant, (first, found_steps, minimised_steps) in found.items():
+            cell = figures[(name, invariant)]
+            cell.found_in += 1
+            cell.examples_to_first.append(first)
+            cell.found_steps.append(found_steps)
+            cell.minimised_steps.append(minimised_steps)
+        print(f"[{done}/{len(tasks)}] {name} seed {seed}: {len(found)} violated, {took:.1f}s", file=sys.stderr)
     wall = time.perf_counter() - started
 
     lines = [
@@ -202,13 +202,13 @@ def counterexamples(
     tasks = [(p, i, seed, examples, steps, (p, i) == target) for p, i in cells for seed in range(1, seeds + 1)]
     results: dict[tuple[str, str], list[dict]] = {cell: [] for cell in cells}
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, (p, i, seed, figures) in enumerate(pool.map(_one_cell_seed, tasks), 1):
-            if figures is not None:
-                results[(p, i)].append(figures)
-            print(f"[{done}/{len(tasks)}] {p} / {i} seed {seed}: "
-                  + (f"{figures['shortest']:.2f}s, {figures['minimised_steps']} -> {figures['shortest_steps']} steps"
-                     if figures else "not found"), file=sys.stderr)
+    # As finished; a Ctrl-C stops every worker (fence._pool)
+    for done, (_, (p, i, seed, figures)) in enumerate(run_tasks(_one_cell_seed, tasks, workers), 1):
+        if figures is not None:
+            results[(p, i)].append(figures)
+        print(f"[{done}/{len(tasks)}] {p} / {i} seed {seed}: "
+              + (f"{figures['shortest']:.2f}s, {figures['minimised_steps']} -> {figures['shortest_steps']} steps"
+                 if figures else "not found"), file=sys.stderr)
     wall = time.perf_counter() - started
 
     def secs(rows, name):
@@ -290,12 +290,13 @@ def explorer(policies: Sequence[str], budget: float, workers: int, command: str,
         for symmetry in ((False, True) if config.jobs > 1 else (False,))
     ]
     started = time.perf_counter()
-    rows = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for done, row in enumerate(pool.map(_explore_one, tasks), 1):
-            rows.append(row)
-            print(f"[{done}/{len(tasks)}] {row[0]} {row[1].describe()} symmetry={row[2]}: {row[3]} states, "
-                  f"{row[6]:.1f}s", file=sys.stderr)
+    by_task = {}
+    # As finished, kept in task order for the table; a Ctrl-C stops every worker (fence._pool)
+    for done, (index, row) in enumerate(run_tasks(_explore_one, tasks, workers), 1):
+        by_task[index] = row
+        print(f"[{done}/{len(tasks)}] {row[0]} {row[1].describe()} symmetry={row[2]}: {row[3]} states, "
+              f"{row[6]:.1f}s", file=sys.stderr)
+    rows = [by_task[index] for index in sorted(by_task)]
     wall = time.perf_counter() - started
     lines = [
         *_evidence.header(command),
@@ -353,8 +354,8 @@ def _explorer_plot(rows, picture: Path) -> bool:
     right.legend(fontsize=7)
     figure.suptitle("fence explore: growth with units x jobs x attempts and horizon (lease 2, 2 janitors)")
     figure.tight_layout()
-    picture.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(picture, dpi=110)
+    with _evidence.atomic_target(picture) as temporary:
+        figure.savefig(temporary, format="png", dpi=110)
     plt.close(figure)
     return True
 

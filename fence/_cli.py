@@ -20,24 +20,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
-from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
-from fence import _counterexample
-from fence._errors import BackendError, BadInput
+from fence import _counterexample, _output
+from fence._errors import BackendError, BadInput, PluginBroken
 from fence._invariants import INVARIANTS
 from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
 from fence._policies import POLICIES, JanitorPolicy
+from fence._pool import run_tasks
+from fence._protocol import broken_in
 from fence._verdicts import (
     EXPECTED_FILE,
     DEFAULT_CONFIGS,
     EXPLORER_BOUND,
     EXPLORER_CHECK_BUDGET,
+    Cell,
     ConfigResult,
     PolicyReport,
     Verdict,
@@ -80,15 +83,28 @@ def _configs(args) -> tuple[ModelConfig, ...]:
     return (config,)
 
 
+@dataclass(frozen=True)
+class _ExplorerFailed:
+    """The explorer's task raised (a plug-in broke its protocol, or raised): the row is an error."""
+
+    detail: str
+
+
 def _survey_one(arguments):
     policy, config, options = arguments
     if config is None:  # the explorer's task: the whole row at EXPLORER_BOUND
         from fence._explore import explore
 
-        return explore(
-            policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
-            ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
-        )
+        try:
+            return explore(
+                policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
+                ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
+            )
+        except Exception as crash:  # as survey_config does for Hypothesis
+            broken = broken_in(crash)
+            if broken is not None:  # one line and exit 2 (main)
+                raise broken from None
+            return _ExplorerFailed(f"{type(crash).__name__}: {crash}")  # the cells say "error"
     return survey_config(policy, config, **options)
 
 
@@ -133,32 +149,58 @@ def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> 
     tasks = [(policy, config, options) for policy in policies for config in configs]
     if explore_too:
         tasks = [(policy, None, options) for policy in policies] + tasks
-    expected_results = len(configs) + (1 if explore_too else 0)
-    pending: dict[str, list] = {policy.name: [] for policy in policies}
-    by_name = {policy.name: policy for policy in policies}
+    per_policy = len(configs) + (1 if explore_too else 0)
+    results: dict[int, object] = {}
+    done_per_policy: Counter = Counter()
     reports: dict[str, PolicyReport] = {}
 
-    def finished(policy: JanitorPolicy, result) -> None:
-        pending[policy.name].append(result)
-        if len(pending[policy.name]) == expected_results:
-            surveys = [r for r in pending[policy.name] if isinstance(r, ConfigResult)]
-            report = combine(by_name[policy.name], surveys)
-            explored = [r for r in pending[policy.name] if not isinstance(r, ConfigResult)]
-            if explored:
-                report = with_explorer(report, explored[0], destination, ledger)
-            reports[policy.name] = report
-            _progress_line(sys.stderr, len(reports), len(policies), report)
+    def row(policy: JanitorPolicy) -> PolicyReport:
+        """Combine a policy's results in task order, whatever order they finished in."""
+        mine = [results[i] for i, task in enumerate(tasks) if task[0].name == policy.name]
+        report = combine(policy, [r for r in mine if isinstance(r, ConfigResult)])
+        failed = [r for r in mine if isinstance(r, _ExplorerFailed)]
+        explored = [r for r in mine if not isinstance(r, (ConfigResult, _ExplorerFailed))]
+        if failed:
+            if not any(cell.verdict is Verdict.ERROR for cell in report.cells.values()):
+                report.cells = {inv.name: Cell(Verdict.ERROR, detail=failed[0].detail) for inv in INVARIANTS}
+        elif explored:
+            report = with_explorer(report, explored[0], destination, ledger)
+        return report
 
     # A backend's ModelStorage pickles into a storage of each worker's own; a
     # user's plug-ins pickle by reference (fence._plugins registers their module).
-    if args.workers > 1 and len(tasks) > 1 and _picklable(tasks):
-        with ProcessPoolExecutor(max_workers=args.workers) as pool:
-            for (policy, _config, _options), result in zip(tasks, pool.map(_survey_one, tasks)):
-                finished(policy, result)
-    else:
-        for task in tasks:
-            finished(task[0], _survey_one(task))
+    workers = args.workers if _picklable(tasks) else 1
+    for index, result in run_tasks(_survey_one, tasks, workers):
+        results[index] = result
+        policy = tasks[index][0]
+        _task_line(sys.stderr, len(results), len(tasks), policy, tasks[index][1], result)
+        done_per_policy[policy.name] += 1
+        if done_per_policy[policy.name] == per_policy:
+            reports[policy.name] = row(policy)
+            _progress_line(sys.stderr, len(reports), len(policies), reports[policy.name])
     return [reports[policy.name] for policy in policies]
+
+
+def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: ModelConfig | None, result) -> None:
+    """One line per finished task (a policy at one configuration, or its explorer run)."""
+    if isinstance(result, _ExplorerFailed):
+        said = f"error: {result.detail}"
+        where = "explorer"
+    elif isinstance(result, ConfigResult):
+        where = f"Hypothesis, {_bound(config)}"
+        said = f"error: {result.error}" if result.error else (
+            f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
+        )
+    else:
+        where = f"explorer, {_bound(result.config)} x {result.config.max_attempts} attempt(s), horizon {result.config.horizon}"
+        counts = Counter(item.outcome.value for item in result.results.values())
+        said = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({result.states:,} states, {result.seconds:.1f}s)"
+    stream.write(f"[{done}/{total}] {policy.name}, {where}: {said}\n")
+    stream.flush()
+
+
+def _bound(config: ModelConfig) -> str:
+    return f"{config.capacity} unit(s) x {config.jobs} job(s)"
 
 
 def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
@@ -167,7 +209,7 @@ def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None
     explored = report.exploration
     states = f", explorer {explored.states} states" if explored is not None else ""
     stream.write(
-        f"[{index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
+        f"[policy {index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
         f"{report.seconds:.1f}s)\n"
     )
     stream.flush()
@@ -254,16 +296,18 @@ def _engines_json(report: PolicyReport) -> dict:
     return engines
 
 
-def _report(reports: list[PolicyReport], args, differences, specs: PlugInSpecs | None = None) -> str:
-    """Write the counterexamples, print the table and the steps; return what was printed."""
+def _report(reports: list[PolicyReport], args, differences, out: Path, specs: PlugInSpecs | None = None) -> str:
+    """Write the counterexamples (replacing each judged policy's old ones), print the table and the steps."""
     written: list[Path] = []
-    out = Path(args.out)
     for report in reports:
+        mine: list[Path] = []
         for name, cell in report.cells.items():
             if cell.counterexample:
                 if specs is not None:  # so that fence replay loads the same plug-ins
                     cell.counterexample = replace(cell.counterexample, plugins=specs)
-                written.extend(_counterexample.write(cell.counterexample, out))
+                mine.extend(_counterexample.write(cell.counterexample, out))
+        _counterexample.remove_stale(out, report.policy.name, mine)
+        written.extend(mine)
     if args.json:
         text = json.dumps(_as_json(reports, differences), indent=2)
         print(text)
@@ -284,36 +328,44 @@ def _report(reports: list[PolicyReport], args, differences, specs: PlugInSpecs |
 
 def cmd_verdicts(args) -> int:
     started = time.perf_counter()
+    if args.shortest and args.backend:
+        raise BadInput("--shortest runs the explorer, which works in memory only; drop --shortest or --backend")
     expected_path = Path(args.expected) if args.expected else EXPECTED_FILE
     expected = load_expected(expected_path)
-    names = args.policy or list(POLICIES)
+    names = list(dict.fromkeys(args.policy or POLICIES))  # a policy named twice is judged once
     policies = [load_policy(name) for name in names]
+    _configs(args)  # bad numbers are refused before anything is made
+    report_path = _report_path(args, _output.EVIDENCE / _recorded_verdicts(args.backend))
     if args.backend:
         from fence.backends import ModelStorage
 
         storage = ModelStorage(args.backend)
         try:
+            # The committed counterexamples are the in-memory ones: on a backend, --record
+            # writes the report only, and the counterexamples go to a fresh directory.
+            out = _output.directory(args, "verdicts", None if args.backend else _output.EVIDENCE / "counterexamples")
             reports = _run(policies, args, storage.destination_factory, storage.ledger_factory)
         finally:
             storage.close()
     else:
+        out = _output.directory(args, "verdicts", _output.EVIDENCE / "counterexamples")
         reports = _run(policies, args)
     differences = compare(reports, expected, hypothesis_only=bool(args.backend))
-    printed = _report(reports, args, differences)
+    printed = _report(reports, args, differences, out)
     lines = [
         f"DIFFERS: {d.policy} / {d.invariant}: expected {d.expected.value if d.expected else 'no expectation'}, "
         f"observed {d.observed.value}"
         for d in differences
     ]
-    if args.report:
+    if report_path is not None:
         from fence import _evidence
 
-        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence verdicts"
+        command = _output.command_line("fence verdicts")
         summary = lines or [f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}"]
         text = "\n".join([
             *_evidence.header(command), f"# wall time {time.perf_counter() - started:.0f}s", "", printed, "", *summary,
         ]) + "\n"
-        _evidence.write_atomically(Path(args.report), text)
+        _evidence.write_atomically(report_path, text)
     if differences:
         for line in lines:
             print(line, file=sys.stderr)
@@ -321,6 +373,22 @@ def cmd_verdicts(args) -> int:
     if not args.json:
         print(f"all {sum(len(r.cells) for r in reports)} verdicts match {expected_path.name}")
     return 0
+
+
+def _recorded_verdicts(backend: str | None) -> str:
+    """The evidence file ``verdicts --record`` writes: one per kind of backend."""
+    if not backend:
+        return "verdicts.txt"
+    return "verdicts-postgres.txt" if backend.startswith("postgres") else "verdicts-sqlite.txt"
+
+
+def _report_path(args, recorded: Path | None) -> Path | None:
+    """``--report FILE`` (or, with ``--record``, the evidence file), checked writable now; None if neither."""
+    if args.report:
+        return _output.writable_file(Path(args.report), "--report")
+    if getattr(args, "record", False) and recorded is not None:
+        return _output.writable_file(_output.in_evidence(recorded), "--record")
+    return None
 
 
 def _plug_ins(args) -> tuple[JanitorPolicy, object, object, PlugInSpecs]:
@@ -350,12 +418,14 @@ def exit_status(verdicts) -> int:
 
 def cmd_check(args) -> int:
     policy, destination, ledger, specs = _plug_ins(args)
+    _configs(args)  # bad numbers are refused before anything is made
+    out = _output.directory(args, "check")
     reports = _run([policy], args, destination, ledger)
-    _report(reports, args, [], specs)
+    _report(reports, args, [], out, specs)
     cells = reports[0].cells
     for name, cell in cells.items():
         if cell.verdict is Verdict.ERROR:
-            print(f"fence: {reports[0].policy.name} / {name}: a plug-in raised: {cell.detail}", file=sys.stderr)
+            print(f"fence: checking {reports[0].policy.name}: {cell.detail}", file=sys.stderr)
             break
     for name, cell in cells.items():
         if cell.verdict is Verdict.DISAGREE:
@@ -363,23 +433,85 @@ def cmd_check(args) -> int:
     return exit_status(cell.verdict for cell in cells.values())
 
 
-def _positive(text: str) -> int:
-    value = int(text)
+MOST = 1_000_000
+"""The largest count any option takes: past it, a typo, never a run that would finish."""
+MOST_IN_A_MODEL = 100
+"""Units, jobs and attempts in a model world: the explorer's state space explodes long before."""
+MOST_WORKERS = 64
+
+
+def _whole(text: str, most: int = MOST) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value > most:
+        raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value:,}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if math.isinf(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
+    return value
+
+
+def _positive(text: str, most: int = MOST) -> int:
+    value = _whole(text, most)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
 
 
+def _model_size(text: str) -> int:
+    """Units, jobs or attempts of a model world."""
+    return _positive(text, MOST_IN_A_MODEL)
+
+
+def _states(text: str) -> int:
+    return _positive(text, 1_000_000_000)
+
+
+def _workers(text: str) -> int:
+    return _positive(text, MOST_WORKERS)
+
+
 def _non_negative(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"a lease cannot be negative, got {value}")
     return value
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # No abbreviations: '--lease' must not quietly mean '--lease-seconds' (one meaning per name).
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def _print_message(self, message, file=None):
+        # argparse swallows a failed write; a closed pipe must reach main (exit 141), as for any output.
+        if message:
+            (file or sys.stderr).write(message)
+
     def error(self, message: str):  # one line and exit 2, as for every bad input
-        self.exit(2, f"fence: {message} (see fence {self.prog.split()[-1]} --help)\n")
+        self.exit(2, f"fence: {message} (see {self.prog} --help)\n")
+
+
+class _LeaseInTicks(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "--lease is in model ticks (check, verdicts, explore); here the lease is on the real clock: "
+            "use --lease-seconds S"
+        )
+
+
+def _seconds_not_ticks(parser) -> None:
+    """``--lease`` means ticks everywhere; where the lease is real seconds, say so instead of guessing."""
+    parser.add_argument("--lease", action=_LeaseInTicks, help=argparse.SUPPRESS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -387,18 +519,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"fence {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(p):
+    def common(p, record: str | None):
         p.add_argument("--json", action="store_true", help="print machine-readable JSON")
-        p.add_argument("--out", default="evidence/counterexamples", help="where counterexamples go")
+        _output.add_options(p, record=record, out_help="where counterexamples go")
         p.add_argument("--profile", choices=PROFILES, default="default", help="search effort")
         p.add_argument("--seed", type=int, help="a random seed instead of the derandomised default")
-        p.add_argument("--workers", type=_positive, default=2, help="processes to judge policies in")
-        p.add_argument("--capacity", type=_positive, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
-        p.add_argument("--jobs", type=_positive, help="jobs (at most --capacity)")
+        p.add_argument("--workers", type=_workers, default=2, help="processes to judge policies in")
+        p.add_argument("--capacity", type=_model_size, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
+        p.add_argument("--jobs", type=_model_size, help="jobs (at most --capacity)")
         p.add_argument("--lease", type=_non_negative, help="lease in ticks (at least 1)")
 
     verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
-    common(verdicts)
+    common(verdicts, "counterexamples into evidence/counterexamples/, the report into evidence/verdicts.txt "
+                     "(on a backend: the report only, evidence/verdicts-sqlite.txt or -postgres.txt)")
     verdicts.add_argument("--policy", action="append", help="only this policy (repeatable)")
     verdicts.add_argument("--expected", help="expected-verdicts file (default: the committed one)")
     verdicts.add_argument(
@@ -414,7 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.set_defaults(handler=cmd_verdicts)
 
     check = sub.add_parser("check", help="both engines on your policy, destination and ledger")
-    common(check)
+    common(check, None)  # a user's plug-in is never the repository's evidence
     check.add_argument("policy", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     check.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory (called with the Guards)")
     check.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory (called with the capacity)")
@@ -427,18 +560,18 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--policy", default="abandon-fenced", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     explore.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory")
     explore.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory")
-    explore.add_argument("--capacity", type=_positive, default=1, help="units (default 1)")
-    explore.add_argument("--jobs", type=_positive, help="jobs (default: --capacity)")
-    explore.add_argument("--attempts", type=_positive, default=3, help="attempts per job (default 3)")
+    explore.add_argument("--capacity", type=_model_size, default=1, help="units (default 1)")
+    explore.add_argument("--jobs", type=_model_size, help="jobs (default: --capacity)")
+    explore.add_argument("--attempts", type=_model_size, default=3, help="attempts per job (default 3)")
     explore.add_argument("--horizon", type=_zero_or_more, help="clock horizon in ticks (default: the explorer's)")
     explore.add_argument("--lease", type=_positive, default=ModelConfig.lease, help="lease in ticks")
     explore.add_argument("--max-depth", type=_zero_or_more, help="at most this many chosen steps per run")
-    explore.add_argument("--max-states", type=_positive, help="budget: stop (undetermined) after this many states")
+    explore.add_argument("--max-states", type=_states, help="budget: stop (undetermined) after this many states")
     explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
-    explore.add_argument("--workers", type=_positive, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
+    explore.add_argument("--workers", type=_workers, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
-    explore.add_argument("--out", default="evidence/counterexamples/explorer", help="where counterexamples go")
+    _output.add_options(explore, record="counterexamples into evidence/counterexamples/explorer/", out_help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
     explore.set_defaults(handler=cmd_explore)
 
@@ -454,8 +587,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
-    bench.add_argument("--workers", type=_positive, help="processes (default 2; fleet: 8 workers)")
-    bench.add_argument("--out", help="where the figures go (default evidence/<what>.txt; fleet: evidence/fleet-<backend>.txt)")
+    bench.add_argument("--workers", type=_workers, help="processes (default 2; fleet: 8 workers)")
+    _output.add_options(
+        bench, record="evidence/<what>.txt (fleet: evidence/fleet-<backend>.txt)",
+        out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
+        report="write the figures to FILE instead (explorer: and its plot beside it, as .png)",
+    )
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
@@ -464,8 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fleet: SIGKILL a random busy worker every SECONDS (default 0.5; 0: never)")
     fleet.add_argument("--restart-db", action=argparse.BooleanOptionalAction, default=None,
                        help="fleet: restart PostgreSQL once half the jobs are done (default: on for postgres)")
-    fleet.add_argument("--lease", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
-    fleet.add_argument("--janitors", type=_positive, default=2, help="fleet: janitor processes (default 2)")
+    fleet.add_argument("--lease-seconds", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
+    _seconds_not_ticks(bench)
+    fleet.add_argument("--janitors", type=_workers, default=2, help="fleet: janitor processes (default 2)")
     fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
     fleet.add_argument("--time-limit", type=_positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
     bench.set_defaults(handler=cmd_bench)
@@ -474,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     experiments = sub.add_parser("experiments", help="the article's experiments on threads and the real clock")
     _experiments_cli.experiments_arguments(experiments)
+    _seconds_not_ticks(experiments)
     experiments.set_defaults(handler=_experiments_cli.cmd_experiments)
 
     replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
@@ -501,6 +640,13 @@ def cmd_db(args) -> int:
         reset_backend(args.url)
         print(f"{args.url}: fence's tables are empty (schema version {SCHEMA_VERSION})")
         return 0
+    if args.url.startswith("sqlite://"):
+        from fence.backends import _sqlite_path
+
+        path = _sqlite_path(args.url)
+        if not path.is_file():  # opening it would create it: check is not the command that makes one
+            what = "is not a file" if path.exists() else "does not exist"
+            raise BadInput(f"{args.url}: the database file {path} {what}; 'fence db reset {args.url}' creates one")
     store = open_store(args.url)
     if store is None:
         print("memory: nothing is stored; the ledger lives and dies with its process")
@@ -514,14 +660,14 @@ def cmd_db(args) -> int:
 
 
 def _zero_or_more(text: str) -> int:
-    value = int(text)
+    value = _whole(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
     return value
 
 
 def _positive_seconds(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
@@ -552,30 +698,37 @@ def cmd_explore(args) -> int:
     problem = config.problem()
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
-    found = _explore.explore_with_workers(
-        policy,
-        config,
-        workers=args.workers,
-        max_depth=args.max_depth,
-        max_states=args.max_states,
-        time_budget=args.time_budget,
-        symmetry=args.symmetry,
-        destination_factory=destination,
-        ledger_factory=ledger,
-        progress=None if args.json else _level_line,
-    )
-    out = Path(args.out)
+    report_path = _report_path(args, None)
+    out = _output.directory(args, "explore", _output.EVIDENCE / "counterexamples" / "explorer")
+    try:
+        found = _explore.explore_with_workers(
+            policy,
+            config,
+            workers=args.workers,
+            max_depth=args.max_depth,
+            max_states=args.max_states,
+            time_budget=args.time_budget,
+            symmetry=args.symmetry,
+            destination_factory=destination,
+            ledger_factory=ledger,
+            progress=None if args.json else _level_line,
+        )
+    except Exception as crash:
+        broken = broken_in(crash)
+        if broken is None:  # fence's own code raised: a bug, with its traceback
+            raise
+        raise broken from None
     written = []
     for item in found.results.values():
         if item.counterexample:
             item.counterexample = replace(item.counterexample, plugins=specs)
             written.extend(_counterexample.write(item.counterexample, out))
-    if args.report:
+    if report_path is not None:
         from fence import _evidence
 
-        command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else "fence explore"
+        command = _output.command_line("fence explore")
         text = "\n".join([*_evidence.header(command), "", _explore.report_text(found)]) + "\n"
-        _evidence.write_atomically(Path(args.report), text)
+        _evidence.write_atomically(report_path, text)
     if args.json:
         print(json.dumps(_explore.to_json(found), indent=2))
     else:
@@ -596,7 +749,7 @@ def cmd_explore(args) -> int:
 
 
 def _non_negative_seconds(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {text}")
     return value
@@ -614,12 +767,12 @@ def cmd_bench(args) -> int:
     args.workers = args.workers or 2
 
     examples, steps, _shrink = PROFILES[args.profile]
-    out = Path(args.out or f"evidence/{args.what}.txt")
-    command = "fence " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench {args.what}"
+    command = _output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
     unknown = [name for name in names if name not in POLICIES]
     if unknown:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
+    out = _output.report_file(args, f"bench {args.what}", f"{args.what}.txt")
     if args.what == "explorer":
         return _bench.explorer(names, args.time_budget, args.workers, command, out)
     if args.what == "counterexamples":
@@ -648,12 +801,24 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
     try:
-        return args.handler(args)
-    except (BadInput, BackendError) as error:
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:  # --help, --version, a usage error: what argparse printed must reach a reader
+            sys.stdout.flush()
+            raise
+        status = args.handler(args)
+        sys.stdout.flush()  # a reader that went away is found here, not in the interpreter's last flush
+        return status
+    except (BadInput, BackendError, PluginBroken) as error:
         print(f"fence: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Workers ignore SIGINT and were stopped on the way out (fence._pool); every
+        # file is written whole or not at all (fence._evidence.write_atomically).
+        print("fence: interrupted; no file was left half-written", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (`fence verdicts --json | head -1`): nothing more to say to it.
         # Point stdout at nothing so that the interpreter's final flush is quiet too.

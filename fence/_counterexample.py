@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fence import _evidence
 from fence._errors import BadInput
+from fence._output import file_stem
 from fence._invariants import BY_NAME
 from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import Counterexample
@@ -99,18 +100,44 @@ def to_json(example: Counterexample) -> dict:
     }
 
 
+SUFFIXES = (".txt", ".mmd", ".json")
+
+
+def stem(policy: str, invariant: str) -> str:
+    """The file name of a counterexample, without its suffix; a user's policy name cannot leave the directory."""
+    return f"{file_stem(policy)}__{invariant}"
+
+
 def write(example: Counterexample, directory: Path) -> list[Path]:
-    """Write the three forms side by side; returns the paths written."""
+    """Write the three forms side by side, each whole or not at all; returns the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
-    stem = f"{example.policy}__{example.invariant}"
+    name = stem(example.policy, example.invariant)
     paths = {
-        directory / f"{stem}.txt": steps_text(example) + "\n",
-        directory / f"{stem}.mmd": mermaid(example) + "\n",
-        directory / f"{stem}.json": json.dumps(to_json(example), indent=2) + "\n",
+        directory / f"{name}.txt": steps_text(example) + "\n",
+        directory / f"{name}.mmd": mermaid(example) + "\n",
+        directory / f"{name}.json": json.dumps(to_json(example), indent=2) + "\n",
     }
     for path, text in paths.items():
         _evidence.write_atomically(path, text)
     return list(paths)
+
+
+def remove_stale(directory: Path, policy: str, written: list[Path]) -> list[Path]:
+    """Delete ``policy``'s counterexample files in ``directory`` that this run did not write.
+
+    A run judges a policy's whole row, so a file left from an earlier run for a
+    cell that now holds would be a stale claim beside the fresh ones. Only
+    fence's own names for that policy are touched.
+    """
+    kept = set(written)
+    removed = []
+    for inv in BY_NAME:
+        for suffix in SUFFIXES:
+            path = directory / f"{stem(policy, inv)}{suffix}"
+            if path not in kept and path.is_file():
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 def _read(path: Path) -> dict:

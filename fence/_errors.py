@@ -45,3 +45,11 @@ class BackendError(FenceError, RuntimeError):
 
 class WitnessRequired(FenceError, TypeError):
     """A policy asked the destination for attempt state it does not keep."""
+
+
+class PluginBroken(FenceError, TypeError):
+    """A user's plug-in broke its protocol: a method returned the wrong thing, or raised.
+
+    The message names the plug-in, the method and what it must return; the
+    command line prints it as one line and exits 2, as for bad input.
+    """

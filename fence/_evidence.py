@@ -8,12 +8,14 @@ never leaves a half-written evidence file behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib.metadata
 import os
 import platform
+import secrets
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 
 def package_versions(names: Iterable[str]) -> str:
@@ -37,7 +39,23 @@ def header(command: str, packages: Iterable[str] = ("fence", "hypothesis")) -> l
 
 
 def write_atomically(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` whole, or leave it as it was (a crash, a Ctrl-C, a full disk)."""
+    with atomic_target(path) as temporary:
+        temporary.write_text(text)
+
+
+@contextlib.contextmanager
+def atomic_target(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; it becomes ``path`` only if the block returns.
+
+    Same directory, so ``os.replace`` is atomic; a name of its own per process
+    and call, so two writers never share one; removed if the block raises.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -26,7 +26,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from fence import _evidence, _realclock
+from fence import _evidence, _output, _realclock
 from fence._errors import BadInput
 
 FULL_LEASE = 1.0
@@ -72,8 +72,8 @@ def experiments_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=_trials, default=None, help="trials per variant (default 5, as the article)")
     parser.add_argument("--quick", action="store_true", help=f"for CI: {QUICK_LEASE:g}s base lease, fewer sweep trials")
     parser.add_argument("--only", choices=list(_realclock.EXPERIMENTS), help="run one experiment")
-    parser.add_argument("--out", default="evidence/experiments", help="where the text and pictures go")
-    parser.add_argument("--lease", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
+    _output.add_options(parser, record="evidence/experiments/", out_help="where the text and pictures go")
+    parser.add_argument("--lease-seconds", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
     parser.add_argument("--no-pictures", action="store_true", help="write the text evidence only")
     parser.add_argument("--processes", action="store_true",
                         help="workers and janitor as OS processes on a database, crashes as SIGKILL")
@@ -112,17 +112,14 @@ def cmd_experiments(args) -> int:
         raise BadInput("--backend and --url need --processes (the thread experiments run in memory)")
     quick = args.quick
     trials = args.trials or 5
-    lease = args.lease or (QUICK_LEASE if quick else FULL_LEASE)
+    lease = args.lease_seconds or (QUICK_LEASE if quick else FULL_LEASE)
     names = [args.only] if args.only else list(_realclock.EXPERIMENTS)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out {out}: is a file, not a directory; pass a directory")
+    out = _output.directory(args, "experiments", _output.EVIDENCE / "experiments")
     pictures = not args.no_pictures and _pictures_available()
     command = _command_line(args)
     suffix = ".quick" if quick else ""
     progress = _progress(sys.stderr)
     differences: list[str] = []
-    out.mkdir(parents=True, exist_ok=True)
     for name in names:
         run = _realclock.EXPERIMENTS[name]
         if name == "contention" and quick:
@@ -164,13 +161,16 @@ def _command_line(args) -> str:
         words += ["--trials", str(args.trials)]
     if args.only:
         words += ["--only", args.only]
-    if args.lease:
-        words += ["--lease", f"{args.lease:g}"]
+    if args.lease_seconds:
+        words += ["--lease-seconds", f"{args.lease_seconds:g}"]
     if getattr(args, "processes", False):
         words += ["--backend", args.backend or "sqlite", "--processes"]
         if args.url:
             words += ["--url", args.url]
-    words += ["--out", args.out]
+    if args.record:
+        words.append("--record")
+    elif args.out:
+        words += ["--out", args.out]
     if args.no_pictures:
         words.append("--no-pictures")
     return " ".join(shlex.quote(w) for w in words)
@@ -217,16 +217,16 @@ def cmd_process_experiments(args) -> int:
         raise BadInput(f"--only {args.only} does not run on processes; use {' or '.join(_processes.EXPERIMENTS)}")
     kind = args.backend or "sqlite"
     trials = args.trials or 5
-    lease = args.lease or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
+    lease = args.lease_seconds or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
     names = [args.only] if args.only else list(_processes.EXPERIMENTS)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise BadInput(f"--out {out}: is a file, not a directory; pass a directory")
+    _output.precheck(args)
     command = _command_line(args)
     progress = _progress(sys.stderr)
     differences: list[str] = []
     lines: list[str] = []
     with _processes.backend_url(kind, args.url) as (url, _restartable):
+        # Made (and named) once the backend answered: a bad URL is one line, with nothing made.
+        out = _output.directory(args, "experiments", _output.EVIDENCE / "experiments")
         backend_line = _backend_line(url)
         for name in names:
             variants = _processes.EXPERIMENTS[name](url, trials, lease, progress)
@@ -262,8 +262,8 @@ def cmd_fleet(args) -> int:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
     if kind == "sqlite" and args.restart_db:
         raise BadInput("--restart-db: SQLite has no server to restart; a SIGKILLed writer is its crash")
-    out = Path(args.out or f"evidence/fleet-{kind}.txt")
-    command = "fence " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if Path(sys.argv[0]).name == "fence" else f"fence bench fleet --backend {kind}"
+    _output.precheck(args)
+    command = _output.command_line(f"fence bench fleet --backend {kind}")
     progress = _progress(sys.stderr)
     results = []
     with _processes.backend_url(kind, args.url) as (url, restartable):
@@ -277,10 +277,11 @@ def cmd_fleet(args) -> int:
         else:
             note = "scripts/postgres.sh restart (pg_ctl restart -m fast) once half the jobs are confirmed" if wants_restart else "not asked"
         restart = (lambda: _processes.restart_postgres(url)) if wants_restart and restartable else None
+        out = _output.report_file(args, "bench fleet", f"fleet-{kind}.txt")  # once the backend answered
         backend_line = _backend_line(url)
         for name in policies:
             result = _processes.fleet(
-                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease or 1.0,
+                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease_seconds or 1.0,
                 kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
                 seed=args.seed, time_limit=args.time_limit, progress=progress,
             )

@@ -974,6 +974,10 @@ def _explore_on_workers(
                     result.depth, result.states, result.queued = depth, len(parents), sum(map(len, owned))
                     result.seconds = time.perf_counter() - started
                     progress(result)
+    except BaseException:  # Ctrl-C or a failure: the workers' level is not worth waiting for
+        for process in processes:
+            process.kill()
+        raise
     finally:
         for pipe in pipes:
             try:
@@ -1038,8 +1042,10 @@ def _level_worker(pipe, setup) -> None:
     each state at most once per worker.
     """
     import pickle
+    import signal
     import traceback
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the coordinator's to handle (it kills us)
     policy, config, symmetry, invariants, destination_factory = setup
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
     judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown])

@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fence._destination import Destination
+from fence import _protocol
 from fence._errors import IllegalMove
 from fence._ledger import Ledger, Move, Reservation, ReservationState
 from fence._policies import Decision, Evidence, JanitorPolicy
 
+DECISION_MUST = "a fence.Decision (EXISTING, UNUSED or HOLD)"
+EVIDENCE_MUST = "a fence.Evidence (or a subclass) holding what the destination answered"
 SETTLE_MOVES = {Decision.EXISTING: Move.SETTLE_EXISTING, Decision.UNUSED: Move.SETTLE_UNUSED}
 
 
@@ -62,11 +65,17 @@ class Janitor:
 
     def probe(self, reservation_id: str) -> Evidence:
         """Ask the destination what the policy wants to know about this reservation."""
-        return self.policy.probe(self.destination, self.ledger.get(reservation_id))
+        policy = self.policy
+        evidence = _protocol.call(
+            policy, "policy", "probe", EVIDENCE_MUST, policy.probe, self.destination, self.ledger.get(reservation_id)
+        )
+        return _protocol.returned(policy, "policy", "probe", evidence, Evidence, EVIDENCE_MUST)
 
     def settle(self, reservation_id: str, evidence: Evidence) -> Settlement:
         """Apply the policy's decision; raises IllegalMove if the reservation moved on."""
-        decision = self.policy.decide(evidence)
+        policy = self.policy
+        decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
+        _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
         if decision is Decision.HOLD:
             return Settlement(self.ledger.get(reservation_id), decision, evidence)
         moved = self.ledger.apply(reservation_id, SETTLE_MOVES[decision])
@@ -79,7 +88,9 @@ class Janitor:
 
     def follow_up(self, reservation_id: str) -> None:
         """The policy's second step after a release, taken on its own (other events may come first)."""
-        self.policy.after_release(self.destination, self.ledger.get(reservation_id))
+        policy = self.policy
+        _protocol.call(policy, "policy", "after_release", "None (it acts on the destination)",
+                       policy.after_release, self.destination, self.ledger.get(reservation_id))
 
     def run_once(self, now: float) -> list[Settlement | Reservation]:
         """One full pass, for the real-clock loop: scan, then probe and settle each."""

@@ -8,9 +8,9 @@ evidence never depends on this module; ``available()`` says whether it can run.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from fence import _evidence
 from fence._realclock import Event, VariantResult
 
 
@@ -130,8 +130,7 @@ def draw(name: str, variants: list[VariantResult], path: Path, command: str) -> 
     axes[-1, 0].set_xlabel("seconds since the trial started (monotonic clock)")
     fig.suptitle(f"fence experiments: {name}  ({command})", fontsize=9)
     fig.tight_layout()
-    temporary = path.with_name(path.name + ".tmp")
-    fig.savefig(temporary, format="png", dpi=110)
+    with _evidence.atomic_target(path) as temporary:
+        fig.savefig(temporary, format="png", dpi=110)
     plt.close(fig)
-    os.replace(temporary, path)
     return path

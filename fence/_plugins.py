@@ -17,6 +17,7 @@ that ``fence replay`` can load the same plug-ins again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -102,14 +103,45 @@ def load_policy(spec: str) -> JanitorPolicy:
         raise BadInput(f"unknown policy {spec!r}: use one of {', '.join(POLICIES)}, MODULE:ATTR or FILE.py:ATTR")
     candidate = load_attribute(spec, "policy")
     if isinstance(candidate, type):
+        forgot = _forgot_dataclass(candidate)
+        if forgot:
+            raise BadInput(f"policy {spec!r}: {forgot}")
         try:
             candidate = candidate()
         except Exception as error:
             raise BadInput(f"policy {spec!r}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
+    elif callable(candidate) and not hasattr(candidate, "decide"):
+        raise BadInput(
+            f"policy {spec!r} is not a janitor policy but a function: name the policy class (or an instance), "
+            "e.g. FILE.py:MyPolicy"
+        )
     problem = policy_problem(candidate)
     if problem:
         raise BadInput(f"policy {spec!r} is not a janitor policy: {problem}")
     return candidate
+
+
+def _forgot_dataclass(cls: type) -> str | None:
+    """Why a policy class that subclasses a dataclass but is not one itself would not be what it says.
+
+    ``fence.Policy`` is a dataclass; a subclass without ``@dataclass`` inherits
+    its ``__init__``, which sets every field to the base's default, so the
+    subclass's own ``name = "mine"`` is silently replaced by ``"custom"``.
+    """
+    if not dataclasses.is_dataclass(cls) or "__dataclass_fields__" in vars(cls):
+        return None
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for klass in cls.__mro__:
+        if "__dataclass_fields__" in vars(klass):
+            break
+        shadowed = sorted(name for name in vars(klass) if name in fields)
+        if shadowed:
+            return (
+                f"class {cls.__name__} sets {', '.join(shadowed)} but is not a @dataclass: the __init__ it "
+                f"inherits sets {'it' if len(shadowed) == 1 else 'them'} back to {klass.__mro__[1].__name__}'s "
+                f"default; decorate it with @dataclass(frozen=True)"
+            )
+    return None
 
 
 def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], sample):
@@ -120,6 +152,8 @@ def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], samp
         made = factory(sample)
     except Exception as error:
         raise BadInput(f"{what} {spec!r}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
+    if made is None:
+        raise BadInput(f"{what} {spec!r} returned None when called with {argument}; it must return the {what} it made")
     missing = [name for name in methods if not callable(getattr(made, name, None))]
     if missing:
         raise BadInput(f"{what} {spec!r} makes an object without {', '.join(missing)}; see the {what} protocol in the README")

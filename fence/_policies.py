@@ -217,6 +217,11 @@ def policy_problem(candidate: object) -> str | None:
     ]
     if missing:
         return "it lacks " + ", ".join(missing) + " (subclass fence.Policy to get them all)"
+    if not isinstance(candidate.name, str) or not candidate.name.strip():
+        return f"its name must be a non-empty string, not {candidate.name!r}"
+    for flag in ("shared_identity", "hold_on_expiry"):
+        if not isinstance(getattr(candidate, flag), bool):
+            return f"its {flag} must be True or False, not {getattr(candidate, flag)!r}"
     if not isinstance(candidate.guards, Guards):
         return "its guards must be a fence.Guards"
     if not callable(candidate.probe) or not callable(candidate.decide):

@@ -350,6 +350,15 @@ class Child:
         self.connection.send(order)
 
 
+def _child(target, *args) -> None:
+    """A child's life: ``target``, deaf to SIGINT (a terminal's Ctrl-C reaches the whole process group;
+    the parent hears it and kills its children, which must not each print a traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    target(*args)
+
+
 class Hands:
     """The parent's children: started, listened to, killed, and always reaped."""
 
@@ -358,7 +367,7 @@ class Hands:
 
     def spawn(self, name: str, target, *args) -> Child:
         mine, theirs = _CONTEXT.Pipe()
-        process = _CONTEXT.Process(target=target, args=(theirs, *args), name=name, daemon=True)
+        process = _CONTEXT.Process(target=_child, args=(target, theirs, *args), name=name, daemon=True)
         process.start()
         theirs.close()
         child = Child(name, process, mine)

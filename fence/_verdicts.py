@@ -230,7 +230,12 @@ def survey_config(
                 explorer_shortest, ledger_factory,
             )
             result.first_found_at_example[name] = survey.first_found_at_example[name]
-    except Exception as crash:  # a user's policy or destination raised
+    except Exception as crash:  # a user's policy, destination or ledger raised
+        from fence._protocol import broken_in
+
+        broken = broken_in(crash)
+        if broken is not None:  # a protocol broken: the whole run stops with its one line
+            raise broken from None
         result.error = f"{type(crash).__name__}: {crash}"
     result.seconds = time.perf_counter() - started
     return result

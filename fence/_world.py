@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Callable, ClassVar
 
+from fence import _protocol
 from fence._destination import (
     CommitResult,
     Destination,
@@ -495,7 +496,7 @@ class World:
         message = self._take(kind, action.attempt)
         attempt = self.attempts[action.attempt]
         if kind is MessageKind.REGISTER:
-            state = self.destination.register(attempt.identity, attempt.key)
+            state = _protocol.register(self.destination, attempt.identity, attempt.key)
             known = f" (witness: {state.value})" if state is not None else " (no witness kept)"
             return f"the destination receives {attempt.handle}'s registration{known}", "network", "destination"
         if kind is MessageKind.COMMIT:
@@ -521,7 +522,7 @@ class World:
             observer.reach("commit_after_expiry")
         if observer.released(attempt.reservation_id):
             observer.reach("commit_after_release")
-        result = self.destination.commit(attempt.identity, attempt.key, attempt.payload)
+        result = _protocol.commit(self.destination, attempt.identity, attempt.key, attempt.payload)
         self.network.append(Message(MessageKind.ACK, attempt.handle, result))
         written = observer.commit_answered(
             attempt.handle, attempt.identity, attempt.reservation_id, attempt.key, attempt.payload,

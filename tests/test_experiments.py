@@ -262,9 +262,9 @@ def test_picture_is_a_png(tmp_path, crash):
         (["--only", "bogus"], "invalid choice"),
         (["--trials", "0"], "at least 1 trial"),
         (["--trials", "many"], "whole number"),
-        (["--lease", "-1"], "positive number of seconds"),
-        (["--lease", "nan"], "positive number of seconds"),
-        (["--lease", "0"], "positive number of seconds"),
+        (["--lease-seconds", "-1"], "positive number of seconds"),
+        (["--lease-seconds", "nan"], "positive number of seconds"),
+        (["--lease-seconds", "0"], "positive number of seconds"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, needle):

@@ -287,7 +287,7 @@ def test_cli_explore_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
 def test_cli_bench_explorer_writes_its_table_and_plot(tmp_path):
     """``fence bench explorer`` (once deleted by mistake while the CLI still offered it) writes its evidence."""
     out = tmp_path / "explorer.txt"
-    result = run("bench", "explorer", "--policy", "naive", "--time-budget", "0.5", "--workers", "1", "--out", str(out))
+    result = run("bench", "explorer", "--policy", "naive", "--time-budget", "0.5", "--workers", "1", "--report", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     text = out.read_text()
     assert text.startswith("# command: ") and "naive" in text and "1x1x1, horizon 3" in text
@@ -298,7 +298,7 @@ def test_cli_bench_counterexamples_times_a_cell_to_its_proved_shortest(tmp_path)
     """``fence bench counterexamples`` finds, minimises and proves shortest a violated cell, per seed."""
     out = tmp_path / "counterexamples.txt"
     result = run("bench", "counterexamples", "--policy", "abandon-fenced-shared", "--seeds", "1", "--workers", "1",
-                 "--out", str(out))
+                 "--report", str(out))
     assert result.returncode == 0, result.stdout + result.stderr
     row = next(line for line in out.read_text().splitlines() if "everything_settles" in line)
     assert "1/1" in row and row.split()[-1] == "1/1", row

@@ -1,0 +1,8 @@
+"""``python -m fence``: the ``fence`` command, from whichever fence is imported."""
+
+import sys
+
+from fence._cli import main
+
+if __name__ == "__main__":  # importing this module (conftest imports every module) runs nothing
+    sys.exit(main())

@@ -1,0 +1,3 @@
+"""A plug-in module that fails while it is imported."""
+
+raise RuntimeError("importing this module fails")

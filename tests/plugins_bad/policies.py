@@ -1,0 +1,89 @@
+"""Janitor policies that break the policy protocol (README, "Bring your own")."""
+
+from dataclasses import dataclass
+
+from fence import Decision, Evidence, Policy
+
+
+@dataclass(frozen=True)
+class DecideReturnsNone(Policy):
+    name: str = "decide-returns-none"
+
+    def decide(self, evidence):
+        pass  # forgot the return
+
+
+@dataclass(frozen=True)
+class DecideRaises(Policy):
+    name: str = "decide-raises"
+
+    def decide(self, evidence):
+        raise RuntimeError("no idea")
+
+
+@dataclass(frozen=True)
+class DecideReturnsString(Policy):
+    name: str = "decide-returns-string"
+
+    def decide(self, evidence):
+        return "unused"
+
+
+@dataclass(frozen=True)
+class ProbeReturnsDict(Policy):
+    name: str = "probe-returns-dict"
+
+    def probe(self, destination, reservation):
+        return {"key_exists": destination.lookup(reservation.key)}
+
+
+@dataclass(frozen=True)
+class ProbeRaises(Policy):
+    name: str = "probe-raises"
+
+    def probe(self, destination, reservation):
+        return Evidence(key_exists=destination.lookup(reservation.kye))  # a typo
+
+
+@dataclass(frozen=True)
+class AfterReleaseRaises(Policy):
+    name: str = "after-release-raises"
+    hold_on_expiry: bool = True
+
+    def decide(self, evidence):
+        return Decision.UNUSED
+
+    def after_release(self, destination, reservation):
+        raise ValueError("cannot abandon")
+
+
+class ForgotDataclass(Policy):
+    name = "forgot-dataclass"
+
+    def decide(self, evidence):
+        return Decision.UNUSED
+
+
+@dataclass(frozen=True)
+class NameNotText(Policy):
+    name: int = 7
+
+
+@dataclass(frozen=True)
+class NeedsArguments(Policy):
+    threshold: int = 0
+
+    def __init__(self, threshold):
+        pass
+
+
+class NoFields:
+    """Forgot to subclass fence.Policy: no name, guards or flags."""
+
+    def decide(self, evidence):
+        return Decision.UNUSED
+
+
+def make_policy():
+    """A function where the policy class was meant."""
+    return DecideRaises()
