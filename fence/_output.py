@@ -20,7 +20,6 @@ become file names only through ``file_stem``, which cannot leave the directory.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import sys
 import tempfile

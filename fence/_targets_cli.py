@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fence._errors import BadInput
+from fence._output import command_line, in_evidence, writable_file
 from fence._evidence import header, write_atomically
 from fence._invariants import BY_NAME, INVARIANTS, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
@@ -47,16 +47,19 @@ def arguments(parser) -> None:
     parser.add_argument("--postgres", metavar="URL",
                         help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
                         "started and stopped with the project's scripts/postgres.sh)")
-    parser.add_argument("--evidence", action="store_true", help=f"also write the report to {EVIDENCE}")
-    parser.add_argument("--report", type=Path, help="also write the report to this file")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--record", action="store_true",
+                       help=f"also write the report to the repository's {EVIDENCE} (from the checkout's root)")
+    group.add_argument("--report", metavar="FILE", type=Path, help="also write the report to this file")
 
 
 def cmd_targets(args) -> int:
     from fence.targets import TARGETS, judge_target, postgres
 
-    for path in [args.report, EVIDENCE if args.evidence else None]:
-        if path is not None and not path.parent.exists():
-            raise BadInput(f"{path}: the directory {path.parent} does not exist")
+    # Checked before the work (fence._output): a report that cannot be written is one line now.
+    written = in_evidence(EVIDENCE) if args.record else args.report
+    if written is not None:
+        writable_file(written, "--record" if args.record else "--report")
     examples, steps, configs = PROFILES[args.profile]
     rows = [TARGETS[name] for name in (args.row or TARGETS)]
     started = time.perf_counter()
@@ -74,11 +77,9 @@ def cmd_targets(args) -> int:
     seconds = time.perf_counter() - started
     text = _render(found, args, examples, configs, seconds)
     print(text)
-    for path in [args.report, EVIDENCE if args.evidence else None]:
-        if path is not None:
-            command = "fence targets " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["targets"] else "fence targets"
-            lines = header(command, ("fence", "hypothesis", "procrastinate", "psycopg"))
-            write_atomically(path, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
+    if written is not None:
+        lines = header(command_line("fence targets"), ("fence", "hypothesis", "procrastinate", "psycopg"))
+        write_atomically(written, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
     return _status(found)
 
 
