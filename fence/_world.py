@@ -294,7 +294,15 @@ class World:
         # A janitor's policy talks to the destination through the observer, so that
         # what the destination promised (an abandon's answer) is a recorded fact.
         observed = ObservedDestination(self.destination, self.observer)
-        self.janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+        self._janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+
+    @property
+    def janitors(self) -> list[Janitor]:
+        # Made on first use: most of the explorer's clones take a step no janitor
+        # takes part in, and the janitors hold nothing but references to the parts.
+        if self._janitors is None:
+            self._make_janitors()
+        return self._janitors
 
     @property
     def reached(self) -> Counter[str]:
@@ -410,7 +418,7 @@ class World:
         if action not in self.enabled(action.kind):
             raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
         self._enabled_cache = None
-        sentence, actor, target = getattr(self, f"_do_{action.kind}")(action)
+        sentence, actor, target = _DO[action.kind](self, action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
         return step
@@ -793,7 +801,7 @@ class World:
         else:
             other.ledger = copy.deepcopy(self.ledger)
         other.observer = self.observer.copy(findings=history)
-        other._make_janitors()
+        other._janitors = None  # made on first use (see ``janitors``)
         other.now = self.now
         other.jobs = self.jobs  # never mutated
         other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
@@ -805,7 +813,11 @@ class World:
         other.follow_ups = list(self.follow_ups)
         other.trace = list(self.trace) if history else []
         other.draining = self.draining
-        other._enabled_cache = None
+        # The enabled actions are a function of the state the copy shares: it
+        # starts with what this world computed so far (apply() drops the cache
+        # before it changes anything, so the lists themselves are never changed).
+        cache = self._enabled_cache
+        other._enabled_cache = dict(cache) if cache is not None else None
         return other
 
     def _deep_clone(self, history: bool) -> World:
@@ -869,4 +881,8 @@ def _snapshot(ledger) -> tuple:
 
 _ENABLED: dict[str, Callable[[World], list[Action]]] = {
     kind: getattr(World, f"_enabled_{kind}") for kind in ACTION_KINDS
+}
+
+_DO: dict[str, Callable[[World, Action], tuple[str, str, str]]] = {
+    kind: getattr(World, f"_do_{kind}") for kind in ACTION_KINDS
 }
