@@ -792,15 +792,22 @@ class _DrainJudge:
         seen: list[tuple] = []
         answer = None
         settled = False
+        after = None
         for number in range(self.MAX_ROUNDS):
-            key = (state_key(drained), number)
-            answer = self.memo.get(key)
-            if answer is not None:
-                break
-            seen.append(key)
-            before, steps = drained.fingerprint(), len(drained.trace)
+            # Round 0 is not looked up: it starts at the state itself, and the
+            # explorer drains each distinct state once (distinct keys with symmetry
+            # are distinct without it), so a first round is never seen twice.
+            if number:
+                key = (state_key(drained), number)
+                answer = self.memo.get(key)
+                if answer is not None:
+                    break
+                seen.append(key)
+            # A round starts where the last one ended: its fingerprint is the last one's ``after``.
+            before, steps = after if after is not None else drained.fingerprint(), len(drained.trace)
             drained._drain_round()
-            if drained.reached_fixed_point(before, steps):
+            after = drained.fingerprint()
+            if drained.reached_fixed_point(before, steps, after):
                 settled = True
                 break
         if answer is None:

@@ -673,15 +673,20 @@ class World:
         # What is enabled changes with draining (retries are no longer bounded):
         # an enabled list cached before the drain would hide them.
         self._enabled_cache = None
+        after = None
         for _ in range(max_rounds):
-            before, steps = self.fingerprint(), len(self.trace)
+            # A round starts where the last one ended: its fingerprint is the last one's ``after``.
+            before, steps = after if after is not None else self.fingerprint(), len(self.trace)
             self._drain_round()
-            if self.reached_fixed_point(before, steps):
+            after = self.fingerprint()
+            if self.reached_fixed_point(before, steps, after):
                 return True
         return False
 
-    def reached_fixed_point(self, before: tuple, steps_before: int) -> bool:
+    def reached_fixed_point(self, before: tuple, steps_before: int, after: tuple | None = None) -> bool:
         """Did the drain round that started at ``before`` (fingerprint, trace length) change nothing?
+
+        ``after`` is the fingerprint now, if the caller has it already.
 
         A round that only re-asks and holds leaves the fingerprint as it was. That
         is a fixed point only if the fingerprint sees everything that decides the
@@ -690,7 +695,7 @@ class World:
         after some questions), so with one the drain stops only at a round that
         took no step at all, or at ``max_rounds``.
         """
-        if self.fingerprint() != before:
+        if (self.fingerprint() if after is None else after) != before:
             return False
         return self.snapshots_complete() or len(self.trace) == steps_before
 
