@@ -210,13 +210,16 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     jobs = world.jobs
     parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in jobs}
     # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
-    # entries, 3 attempts, 4 messages in flight, 5 retries queued
+    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
+    # Enum members are compared by identity (``is``), never looked up in sets:
+    # an Enum's hash is a Python-level call, and the key is made per transition.
     reserved = ReservationState.RESERVED
     unknown = ReservationState.OUTCOME_UNKNOWN
     held_answers: dict[str, list] = {}
     for held in world.evidence:
-        for reservation_id, found in held.items():
-            held_answers.setdefault(reservation_id, []).append(_evidence_token(found))
+        if held:
+            for reservation_id, found in held.items():
+                held_answers.setdefault(reservation_id, []).append(_evidence_token(found))
     for x in world.ledger._reservations.values():
         job, _, number = x.reservation_id.partition("/")
         state = x.state
@@ -228,8 +231,8 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
             # refused, and nothing returns to outcome_unknown). Which janitor holds
             # which answer does not matter: janitors are interchangeable and their
             # steps on different reservations touch different entries.
-            answers = tuple(sorted(held_answers.get(x.reservation_id, ())))
-            parts[job][0].append((number, state._value_, answers))
+            answers = held_answers.get(x.reservation_id)
+            parts[job][0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
         else:
             parts[job][0].append((number, state._value_))
     destination = world.destination
@@ -247,37 +250,42 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
         witness_kept = True
     attempts = world.attempts
     commits_in_flight = set()
+    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
+    commit_sent = Phase.COMMIT_SENT
     for m in world.network:
-        attempt = attempts[m.attempt]
-        if m.kind is MessageKind.COMMIT:
+        kind = m.kind
+        if kind is commit:
             commits_in_flight.add(m.attempt)
         # An answer to an attempt no longer waiting for one is dropped on arrival,
         # and a registration reaches a destination that keeps no witness in vain.
-        elif m.kind is MessageKind.ACK and attempt.phase is not Phase.COMMIT_SENT:
+        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
             continue
-        elif m.kind is MessageKind.REGISTER and not witness_kept:
+        elif kind is register and not witness_kept:
             continue
         job, _, number = m.attempt.partition("#")
-        parts[job][4].append((m.kind._value_, number, m.result._value_ if m.result else ""))
+        parts[job][4].append((kind._value_, number, m.result._value_ if m.result else ""))
+    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
+    unsent = (Phase.RESERVED, Phase.WORKING)  # _UNSENT, as a tuple: identity before hashing
     for a in attempts.values():
         job, _, number = a.handle.partition("#")
         in_flight = a.handle in commits_in_flight
-        if a.phase in _DEAD and not in_flight:
+        phase = a.phase
+        if (phase is crashed or phase is done) and not in_flight:
             parts[job][3].append((number,))  # its future is only what its messages do
-        elif a.phase is Phase.CRASHED:
+        elif phase is crashed:
             parts[job][3].append((number, "crashed", a.payload.replace(job, "")))
         else:
             # The answer matters once it arrived (confirm or confirm_existing);
             # the payload until the commit carrying it was delivered.
             parts[job][3].append((
-                number, a.phase._value_,
-                a.ack._value_ if a.phase is Phase.ACKED else "",
-                a.payload.replace(job, "") if (a.phase in _UNSENT or in_flight) else "",
+                number, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
             ))
     for job in world.retry_queue:
         parts[job][5] += 1
     keyed = [
-        (tuple(sorted(p[0])), tuple(p[1]), tuple(sorted(p[2])), tuple(sorted(p[3])), tuple(sorted(p[4])), p[5])
+        (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
         for p in (parts[job] for job in jobs)
     ]
     # The observer's present (mirror, effects seen, abandon answers) is a function
@@ -287,6 +295,11 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     if own_destination:
         return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
     return (now, tuple(keyed), _destination_snapshot(destination), abandoned)
+
+
+def _sorted_tuple(items: list) -> tuple:
+    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
+    return tuple(items) if len(items) < 2 else tuple(sorted(items))
 
 
 def generic_state_key(world: World) -> tuple:

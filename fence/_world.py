@@ -330,7 +330,13 @@ class World:
 
     def live_writers(self) -> list[str]:
         """The attempts that could still make an effect land, by handle (read by invariant 3)."""
-        return [a.handle for a in self.attempts.values() if self.can_still_write(a)]
+        # ``can_still_write`` per attempt, with the network read once rather than once per attempt.
+        commits = {m.attempt for m in self.network if m.kind is MessageKind.COMMIT}
+        abandoned = self.observer.abandoned
+        return [
+            a.handle for a in self.attempts.values()
+            if can_still_write(a.phase, a.handle in commits, a.identity in abandoned)
+        ]
 
     # -- enabled actions -----------------------------------------------------------
     def enabled(self, kind: str) -> list[Action]:
