@@ -109,6 +109,7 @@ Verdicts
 from __future__ import annotations
 
 import enum
+import gc
 import re
 import time
 from collections import Counter
@@ -210,13 +211,16 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     jobs = world.jobs
     parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in jobs}
     # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
-    # entries, 3 attempts, 4 messages in flight, 5 retries queued
+    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
+    # Enum members are compared by identity (``is``), never looked up in sets:
+    # an Enum's hash is a Python-level call, and the key is made per transition.
     reserved = ReservationState.RESERVED
     unknown = ReservationState.OUTCOME_UNKNOWN
     held_answers: dict[str, list] = {}
     for held in world.evidence:
-        for reservation_id, found in held.items():
-            held_answers.setdefault(reservation_id, []).append(_evidence_token(found))
+        if held:
+            for reservation_id, found in held.items():
+                held_answers.setdefault(reservation_id, []).append(_evidence_token(found))
     for x in world.ledger._reservations.values():
         job, _, number = x.reservation_id.partition("/")
         state = x.state
@@ -228,8 +232,8 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
             # refused, and nothing returns to outcome_unknown). Which janitor holds
             # which answer does not matter: janitors are interchangeable and their
             # steps on different reservations touch different entries.
-            answers = tuple(sorted(held_answers.get(x.reservation_id, ())))
-            parts[job][0].append((number, state._value_, answers))
+            answers = held_answers.get(x.reservation_id)
+            parts[job][0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
         else:
             parts[job][0].append((number, state._value_))
     destination = world.destination
@@ -247,37 +251,42 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
         witness_kept = True
     attempts = world.attempts
     commits_in_flight = set()
+    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
+    commit_sent = Phase.COMMIT_SENT
     for m in world.network:
-        attempt = attempts[m.attempt]
-        if m.kind is MessageKind.COMMIT:
+        kind = m.kind
+        if kind is commit:
             commits_in_flight.add(m.attempt)
         # An answer to an attempt no longer waiting for one is dropped on arrival,
         # and a registration reaches a destination that keeps no witness in vain.
-        elif m.kind is MessageKind.ACK and attempt.phase is not Phase.COMMIT_SENT:
+        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
             continue
-        elif m.kind is MessageKind.REGISTER and not witness_kept:
+        elif kind is register and not witness_kept:
             continue
         job, _, number = m.attempt.partition("#")
-        parts[job][4].append((m.kind._value_, number, m.result._value_ if m.result else ""))
+        parts[job][4].append((kind._value_, number, m.result._value_ if m.result else ""))
+    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
+    unsent = (Phase.RESERVED, Phase.WORKING)  # _UNSENT, as a tuple: identity before hashing
     for a in attempts.values():
         job, _, number = a.handle.partition("#")
         in_flight = a.handle in commits_in_flight
-        if a.phase in _DEAD and not in_flight:
+        phase = a.phase
+        if (phase is crashed or phase is done) and not in_flight:
             parts[job][3].append((number,))  # its future is only what its messages do
-        elif a.phase is Phase.CRASHED:
+        elif phase is crashed:
             parts[job][3].append((number, "crashed", a.payload.replace(job, "")))
         else:
             # The answer matters once it arrived (confirm or confirm_existing);
             # the payload until the commit carrying it was delivered.
             parts[job][3].append((
-                number, a.phase._value_,
-                a.ack._value_ if a.phase is Phase.ACKED else "",
-                a.payload.replace(job, "") if (a.phase in _UNSENT or in_flight) else "",
+                number, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
             ))
     for job in world.retry_queue:
         parts[job][5] += 1
     keyed = [
-        (tuple(sorted(p[0])), tuple(p[1]), tuple(sorted(p[2])), tuple(sorted(p[3])), tuple(sorted(p[4])), p[5])
+        (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
         for p in (parts[job] for job in jobs)
     ]
     # The observer's present (mirror, effects seen, abandon answers) is a function
@@ -287,6 +296,11 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     if own_destination:
         return (now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
     return (now, tuple(keyed), _destination_snapshot(destination), abandoned)
+
+
+def _sorted_tuple(items: list) -> tuple:
+    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
+    return tuple(items) if len(items) < 2 else tuple(sorted(items))
 
 
 def generic_state_key(world: World) -> tuple:
@@ -461,35 +475,40 @@ def explore(
     frontier: list[tuple[int, World]] = [(0, root)]
     depth = 0
     out_of_budget = None
-    while frontier and out_of_budget is None:
-        if max_depth is not None and depth >= max_depth:
+    long_lived = _LongLived(faithfulness is None)  # fence's own parts only: they hold no cycles
+    try:
+        while frontier and out_of_budget is None:
+            if max_depth is not None and depth >= max_depth:
+                break
+            following: list[tuple[int, World]] = []
+            for node, world in frontier:
+                if time_budget is not None and time.perf_counter() - started > time_budget:
+                    out_of_budget = "time_budget"
+                    break
+                if max_states is not None and len(parents) >= max_states:
+                    out_of_budget = "max_states"
+                    break
+                try:
+                    expand(node, world, following)
+                except Unfaithful as problem:
+                    result.unfaithful = str(problem)
+                    out_of_budget = "unfaithful"
+                    break
+                if stop_when_all_violated and len(found) == len(invariants):
+                    out_of_budget = out_of_budget or "all_violated"
+                    break
+            else:
+                depth += 1
+                frontier = following
+                long_lived.level_done()
+                if progress is not None:
+                    result.depth, result.states, result.queued = depth, len(parents), len(frontier)
+                    result.seconds = time.perf_counter() - started
+                    progress(result)
+                continue
             break
-        following: list[tuple[int, World]] = []
-        for node, world in frontier:
-            if time_budget is not None and time.perf_counter() - started > time_budget:
-                out_of_budget = "time_budget"
-                break
-            if max_states is not None and len(parents) >= max_states:
-                out_of_budget = "max_states"
-                break
-            try:
-                expand(node, world, following)
-            except Unfaithful as problem:
-                result.unfaithful = str(problem)
-                out_of_budget = "unfaithful"
-                break
-            if stop_when_all_violated and len(found) == len(invariants):
-                out_of_budget = out_of_budget or "all_violated"
-                break
-        else:
-            depth += 1
-            frontier = following
-            if progress is not None:
-                result.depth, result.states, result.queued = depth, len(parents), len(frontier)
-                result.seconds = time.perf_counter() - started
-                progress(result)
-            continue
-        break
+    finally:
+        long_lived.close()
     result.depth = depth
     result.states = len(parents)
     result.exhausted = out_of_budget is None and not frontier
@@ -500,6 +519,31 @@ def explore(
 
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory)
     return result
+
+
+class _LongLived:
+    """Tells the garbage collector that what survived a level is long-lived, for one ``explore``.
+
+    The walk keeps every key, parent pointer and the frontier's worlds until it
+    ends, and Python's full collections scan all of them again and again (about
+    a tenth of a walk's time at 2x2x1). None of it forms reference cycles (the
+    worlds hold none), and what is dropped later is freed by its reference count
+    whether frozen or not, so after each level the survivors are frozen
+    (``gc.freeze``) and unfrozen when the walk ends. Nothing is done for a
+    user's plug-ins (whose state may hold cycles), if the collector is off, or
+    if the program froze objects of its own.
+    """
+
+    def __init__(self, wanted: bool) -> None:
+        self.active = wanted and gc.isenabled() and gc.get_freeze_count() == 0
+
+    def level_done(self) -> None:
+        if self.active:
+            gc.freeze()
+
+    def close(self) -> None:
+        if self.active:
+            gc.unfreeze()
 
 
 class Unfaithful(Exception):
@@ -792,15 +836,22 @@ class _DrainJudge:
         seen: list[tuple] = []
         answer = None
         settled = False
+        after = None
         for number in range(self.MAX_ROUNDS):
-            key = (state_key(drained), number)
-            answer = self.memo.get(key)
-            if answer is not None:
-                break
-            seen.append(key)
-            before, steps = drained.fingerprint(), len(drained.trace)
+            # Round 0 is not looked up: it starts at the state itself, and the
+            # explorer drains each distinct state once (distinct keys with symmetry
+            # are distinct without it), so a first round is never seen twice.
+            if number:
+                key = (state_key(drained), number)
+                answer = self.memo.get(key)
+                if answer is not None:
+                    break
+                seen.append(key)
+            # A round starts where the last one ended: its fingerprint is the last one's ``after``.
+            before, steps = after if after is not None else drained.fingerprint(), len(drained.trace)
             drained._drain_round()
-            if drained.reached_fixed_point(before, steps):
+            after = drained.fingerprint()
+            if drained.reached_fixed_point(before, steps, after):
                 settled = True
                 break
         if answer is None:

@@ -294,7 +294,15 @@ class World:
         # A janitor's policy talks to the destination through the observer, so that
         # what the destination promised (an abandon's answer) is a recorded fact.
         observed = ObservedDestination(self.destination, self.observer)
-        self.janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+        self._janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+
+    @property
+    def janitors(self) -> list[Janitor]:
+        # Made on first use: most of the explorer's clones take a step no janitor
+        # takes part in, and the janitors hold nothing but references to the parts.
+        if self._janitors is None:
+            self._make_janitors()
+        return self._janitors
 
     @property
     def reached(self) -> Counter[str]:
@@ -322,7 +330,13 @@ class World:
 
     def live_writers(self) -> list[str]:
         """The attempts that could still make an effect land, by handle (read by invariant 3)."""
-        return [a.handle for a in self.attempts.values() if self.can_still_write(a)]
+        # ``can_still_write`` per attempt, with the network read once rather than once per attempt.
+        commits = {m.attempt for m in self.network if m.kind is MessageKind.COMMIT}
+        abandoned = self.observer.abandoned
+        return [
+            a.handle for a in self.attempts.values()
+            if can_still_write(a.phase, a.handle in commits, a.identity in abandoned)
+        ]
 
     # -- enabled actions -----------------------------------------------------------
     def enabled(self, kind: str) -> list[Action]:
@@ -368,8 +382,9 @@ class World:
         # Commits first, registrations last: the Hypothesis rules pick by index, so
         # this order keeps "deliver the commit" at index 0 whatever else is queued,
         # which lets the shrinker delete unrelated deliveries without side effects.
-        ranked = sorted(self.network, key=lambda m: _DELIVERY_RANK[m.kind])
-        return [Deliver(m.kind.value, m.attempt) for m in ranked]
+        network = self.network
+        ranked = sorted(network, key=_delivery_rank) if len(network) > 1 else network
+        return [Deliver(m.kind._value_, m.attempt) for m in ranked]
 
     def _enabled_lose_ack(self) -> list[Action]:
         return [LoseAck(m.attempt) for m in self.network if m.kind is MessageKind.ACK]
@@ -410,7 +425,7 @@ class World:
         if action not in self.enabled(action.kind):
             raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
         self._enabled_cache = None
-        sentence, actor, target = getattr(self, f"_do_{action.kind}")(action)
+        sentence, actor, target = _DO[action.kind](self, action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
         return step
@@ -665,15 +680,20 @@ class World:
         # What is enabled changes with draining (retries are no longer bounded):
         # an enabled list cached before the drain would hide them.
         self._enabled_cache = None
+        after = None
         for _ in range(max_rounds):
-            before, steps = self.fingerprint(), len(self.trace)
+            # A round starts where the last one ended: its fingerprint is the last one's ``after``.
+            before, steps = after if after is not None else self.fingerprint(), len(self.trace)
             self._drain_round()
-            if self.reached_fixed_point(before, steps):
+            after = self.fingerprint()
+            if self.reached_fixed_point(before, steps, after):
                 return True
         return False
 
-    def reached_fixed_point(self, before: tuple, steps_before: int) -> bool:
+    def reached_fixed_point(self, before: tuple, steps_before: int, after: tuple | None = None) -> bool:
         """Did the drain round that started at ``before`` (fingerprint, trace length) change nothing?
+
+        ``after`` is the fingerprint now, if the caller has it already.
 
         A round that only re-asks and holds leaves the fingerprint as it was. That
         is a fixed point only if the fingerprint sees everything that decides the
@@ -682,7 +702,7 @@ class World:
         after some questions), so with one the drain stops only at a round that
         took no step at all, or at ``max_rounds``.
         """
-        if self.fingerprint() != before:
+        if (self.fingerprint() if after is None else after) != before:
             return False
         return self.snapshots_complete() or len(self.trace) == steps_before
 
@@ -793,7 +813,7 @@ class World:
         else:
             other.ledger = copy.deepcopy(self.ledger)
         other.observer = self.observer.copy(findings=history)
-        other._make_janitors()
+        other._janitors = None  # made on first use (see ``janitors``)
         other.now = self.now
         other.jobs = self.jobs  # never mutated
         other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
@@ -805,7 +825,11 @@ class World:
         other.follow_ups = list(self.follow_ups)
         other.trace = list(self.trace) if history else []
         other.draining = self.draining
-        other._enabled_cache = None
+        # The enabled actions are a function of the state the copy shares: it
+        # starts with what this world computed so far (apply() drops the cache
+        # before it changes anything, so the lists themselves are never changed).
+        cache = self._enabled_cache
+        other._enabled_cache = dict(cache) if cache is not None else None
         return other
 
     def _deep_clone(self, history: bool) -> World:
@@ -840,11 +864,17 @@ class World:
 
 
 _DELIVERY_RANK = {MessageKind.COMMIT: 0, MessageKind.ACK: 1, MessageKind.REGISTER: 2}
+_DELIVERY_RANK_BY_VALUE = {kind._value_: rank for kind, rank in _DELIVERY_RANK.items()}
+"""The same ranks by the kind's value: a str hashes in C, an Enum member in Python."""
+
+
+def _delivery_rank(message: Message) -> int:
+    return _DELIVERY_RANK_BY_VALUE[message.kind._value_]
 
 
 def _drain_order(message: Message) -> tuple:
     """The drain delivers commits, then answers, then registrations, each by attempt."""
-    return (_DELIVERY_RANK[message.kind], message.attempt)
+    return (_DELIVERY_RANK_BY_VALUE[message.kind._value_], message.attempt)
 
 
 def _copy_attempt(attempt: Attempt) -> Attempt:
@@ -869,4 +899,8 @@ def _snapshot(ledger) -> tuple:
 
 _ENABLED: dict[str, Callable[[World], list[Action]]] = {
     kind: getattr(World, f"_enabled_{kind}") for kind in ACTION_KINDS
+}
+
+_DO: dict[str, Callable[[World, Action], tuple[str, str, str]]] = {
+    kind: getattr(World, f"_do_{kind}") for kind in ACTION_KINDS
 }
