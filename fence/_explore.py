@@ -831,8 +831,7 @@ class _DrainJudge:
         if not self.invariants:
             return (), True
         drained = world.clone(history=False)
-        drained.draining = True
-        drained._enabled_cache = None
+        drained.start_draining()
         seen: list[tuple] = []
         answer = None
         settled = False

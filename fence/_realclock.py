@@ -821,8 +821,8 @@ def replay_real(path, tick: float = 0.05, policies: dict[str, JanitorPolicy] = P
                 time.sleep(max(0.0, target - (time.monotonic() - t0)))
             with turn:
                 try:
-                    if drains[index]:
-                        world.draining = True  # what World.drain() does before its steps
+                    if drains[index] and not world.draining:
+                        world.start_draining()  # what World.drain() does before its steps
                     if isinstance(action, Tick) and action not in world.enabled("tick"):
                         step = world.apply_unbounded_tick(action.by)
                     else:

@@ -669,6 +669,13 @@ class World:
         self.retry_queue.append(owner.key)
 
     # -- the end of a run ---------------------------------------------------------------
+    def start_draining(self) -> None:
+        """From here on no faults happen and retries are not bounded (what ``drain`` runs under)."""
+        self.draining = True
+        # What is enabled changes with draining (retries are no longer bounded):
+        # an enabled list cached before the drain would hide them.
+        self._enabled_cache = None
+
     def drain(self, max_rounds: int = 12) -> bool:
         """Deliver everything, let live workers finish, run the janitor to a fixed point.
 
@@ -676,10 +683,7 @@ class World:
         its whole job each round, retries are not bounded. Returns True if a fixed
         point was reached within ``max_rounds``.
         """
-        self.draining = True
-        # What is enabled changes with draining (retries are no longer bounded):
-        # an enabled list cached before the drain would hide them.
-        self._enabled_cache = None
+        self.start_draining()
         after = None
         for _ in range(max_rounds):
             # A round starts where the last one ended: its fingerprint is the last one's ``after``.
