@@ -58,6 +58,9 @@ def _import_every_module_of_the_project() -> None:
 
 _import_every_module_of_the_project()
 
+# tests/test_testing.py runs fence's own pytest plugin in a pytest of its own.
+pytest_plugins = ["pytester"]
+
 
 def pytest_addoption(parser):
     parser.addoption("--run-slow", action="store_true", help="also run tests marked slow")

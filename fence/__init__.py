@@ -19,6 +19,7 @@ The public surface. The private modules each own one concern:
                     the article's experiments and the real-clock replay
 * ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
+* ``_checking``     both engines on policies and plug-ins, as ``check``, ``verdicts`` and ``testing`` run them
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
 * ``_lockstep``     two worlds driven by the same actions and compared after every step
 * ``_observer``     the one observer of ground truth: facts recorded, findings per invariant
@@ -33,6 +34,7 @@ The public surface. The private modules each own one concern:
 * ``targets/``      real job systems (procrastinate) driven as the model's ledger, and
                     judged like it (``fence targets``, ``_targets_cli``)
 * ``guard``         public: what a task adds around its side effect (``fence.guard.Guard``)
+* ``testing``       public: fence in a user's own tests (``check``; ``pytest_plugin``: ``fence_check``)
 * ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
 """
 

@@ -23,47 +23,25 @@ import json
 import math
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from fence import _counterexample, _output
+from fence._checking import PROFILES, check_policies, report_text, write_counterexamples
 from fence._errors import BackendError, BadInput, PluginBroken
-from fence._invariants import INVARIANTS
 from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
 from fence._policies import POLICIES, JanitorPolicy
-from fence._pool import run_tasks
 from fence._protocol import broken_in
 from fence._verdicts import (
     EXPECTED_FILE,
     DEFAULT_CONFIGS,
-    EXPLORER_BOUND,
-    EXPLORER_CHECK_BUDGET,
-    Cell,
-    ConfigResult,
     PolicyReport,
     Verdict,
-    combine,
     compare,
     load_expected,
-    profile_settings,
-    survey_config,
-    with_explorer,
 )
 from fence._world import ModelConfig
-
-PROFILES = {
-    # name: (max_examples per Hypothesis run, steps per example, Hypothesis shrinks too)
-    # One run per policy and configuration; "default" finishes within a minute
-    # on 2 cores (evidence/verdicts.txt: 45 s). 300 examples missed
-    # no_silent_replay in 3 of 40 random seeds; at 400, 1 miss in 400 promised
-    # finds (evidence/detection.txt).
-    "quick": (60, 25, False),
-    "default": (400, 30, False),
-    "thorough": (2000, 50, True),
-}
-
 
 EXIT_PROVED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNDETERMINED, EXIT_DISAGREE = 0, 1, 2, 3, 4
 
@@ -83,41 +61,6 @@ def _configs(args) -> tuple[ModelConfig, ...]:
     return (config,)
 
 
-@dataclass(frozen=True)
-class _ExplorerFailed:
-    """The explorer's task raised (a plug-in broke its protocol, or raised): the row is an error."""
-
-    detail: str
-
-
-def _survey_one(arguments):
-    policy, config, options = arguments
-    if config is None:  # the explorer's task: the whole row at EXPLORER_BOUND
-        from fence._explore import explore
-
-        try:
-            return explore(
-                policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
-                ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
-            )
-        except Exception as crash:  # as survey_config does for Hypothesis
-            broken = broken_in(crash)
-            if broken is not None:  # one line and exit 2 (main)
-                raise broken from None
-            return _ExplorerFailed(f"{type(crash).__name__}: {crash}")  # the cells say "error"
-    return survey_config(policy, config, **options)
-
-
-def _picklable(tasks) -> bool:
-    import pickle
-
-    try:
-        pickle.dumps(tasks)
-    except Exception:
-        return False
-    return True
-
-
 def _wants_shortest(args) -> bool:
     """``verdicts`` asks the explorer for shortest counterexamples unless told not to.
 
@@ -132,117 +75,12 @@ def _wants_shortest(args) -> bool:
 
 
 def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
-    examples, steps, shrink = PROFILES[args.profile]
-    options = {
-        "run_settings": profile_settings(examples, steps, derandomize=args.seed is None),
-        "seed": args.seed,
-        "destination_factory": destination,
-        "ledger_factory": ledger,
-        "hypothesis_shrink": shrink,
-        "explorer_shortest": _wants_shortest(args),
-    }
-    configs = _configs(args)
-    # The explorer proves at its bound; on a backend it cannot run (it copies worlds in memory).
-    explore_too = not getattr(args, "backend", None)
-    # One task per policy and configuration (and one per policy for the explorer),
-    # so both cores stay busy to the end.
-    tasks = [(policy, config, options) for policy in policies for config in configs]
-    if explore_too:
-        tasks = [(policy, None, options) for policy in policies] + tasks
-    per_policy = len(configs) + (1 if explore_too else 0)
-    results: dict[int, object] = {}
-    done_per_policy: Counter = Counter()
-    reports: dict[str, PolicyReport] = {}
-
-    def row(policy: JanitorPolicy) -> PolicyReport:
-        """Combine a policy's results in task order, whatever order they finished in."""
-        mine = [results[i] for i, task in enumerate(tasks) if task[0].name == policy.name]
-        report = combine(policy, [r for r in mine if isinstance(r, ConfigResult)])
-        failed = [r for r in mine if isinstance(r, _ExplorerFailed)]
-        explored = [r for r in mine if not isinstance(r, (ConfigResult, _ExplorerFailed))]
-        if failed:
-            if not any(cell.verdict is Verdict.ERROR for cell in report.cells.values()):
-                report.cells = {inv.name: Cell(Verdict.ERROR, detail=failed[0].detail) for inv in INVARIANTS}
-        elif explored:
-            report = with_explorer(report, explored[0], destination, ledger)
-        return report
-
-    # A backend's ModelStorage pickles into a storage of each worker's own; a
-    # user's plug-ins pickle by reference (fence._plugins registers their module).
-    workers = args.workers if _picklable(tasks) else 1
-    for index, result in run_tasks(_survey_one, tasks, workers):
-        results[index] = result
-        policy = tasks[index][0]
-        _task_line(sys.stderr, len(results), len(tasks), policy, tasks[index][1], result)
-        done_per_policy[policy.name] += 1
-        if done_per_policy[policy.name] == per_policy:
-            reports[policy.name] = row(policy)
-            _progress_line(sys.stderr, len(reports), len(policies), reports[policy.name])
-    return [reports[policy.name] for policy in policies]
-
-
-def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: ModelConfig | None, result) -> None:
-    """One line per finished task (a policy at one configuration, or its explorer run)."""
-    if isinstance(result, _ExplorerFailed):
-        said = f"error: {result.detail}"
-        where = "explorer"
-    elif isinstance(result, ConfigResult):
-        where = f"Hypothesis, {_bound(config)}"
-        said = f"error: {result.error}" if result.error else (
-            f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
-        )
-    else:
-        where = f"explorer, {_bound(result.config)} x {result.config.max_attempts} attempt(s), horizon {result.config.horizon}"
-        counts = Counter(item.outcome.value for item in result.results.values())
-        said = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({result.states:,} states, {result.seconds:.1f}s)"
-    stream.write(f"[{done}/{total}] {policy.name}, {where}: {said}\n")
-    stream.flush()
-
-
-def _bound(config: ModelConfig) -> str:
-    return f"{config.capacity} unit(s) x {config.jobs} job(s)"
-
-
-def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
-    counts = Counter(c.verdict.value for c in report.cells.values())
-    said = ", ".join(f"{n} {word}" for word, n in counts.items())
-    explored = report.exploration
-    states = f", explorer {explored.states} states" if explored is not None else ""
-    stream.write(
-        f"[policy {index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
-        f"{report.seconds:.1f}s)\n"
+    """Both engines, as the command line asked (the explorer only in memory: not on a --backend)."""
+    return check_policies(
+        policies, profile=args.profile, seed=args.seed, configs=_configs(args), destination=destination,
+        ledger=ledger, explore=not getattr(args, "backend", None), shortest=_wants_shortest(args),
+        workers=args.workers, progress=sys.stderr,
     )
-    stream.flush()
-
-
-def table(reports: list[PolicyReport]) -> str:
-    width = max(len("policy"), *(len(r.policy.name) for r in reports))
-    header = "policy".ljust(width) + "  " + "  ".join(f"{inv.number}".ljust(12) for inv in INVARIANTS)
-    lines = [header]
-    for report in reports:
-        cells = []
-        for inv in INVARIANTS:
-            cell = report.cells[inv.name]
-            text = cell.verdict.value
-            if cell.counterexample:
-                text += f"({cell.counterexample.rule_steps})"
-            cells.append(text.ljust(12))
-        lines.append(report.policy.name.ljust(width) + "  " + "  ".join(cells).rstrip())
-    lines.append("")
-    lines.extend(f"  {inv.number} = {inv.name}: {inv.statement}" for inv in INVARIANTS)
-    lines.append(
-        "  violated(n): a counterexample of n chosen steps (Hypothesis or the explorer found it; unless "
-        "--no-shortest, the explorer's shortest: each counterexample below says which)"
-    )
-    lines.append(
-        f"  proved: the explorer exhausted {EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, "
-        "reaching every danger, and Hypothesis found nothing at its configurations"
-    )
-    lines.append(
-        "  not-found: Hypothesis found nothing in its examples and reached every danger; nothing proved. "
-        "undetermined: not even that. disagree: the engines contradict each other (a fence bug)"
-    )
-    return "\n".join(lines)
 
 
 def _as_json(reports: list[PolicyReport], differences=None) -> dict:
@@ -298,30 +136,11 @@ def _engines_json(report: PolicyReport) -> dict:
 
 def _report(reports: list[PolicyReport], args, differences, out: Path, specs: PlugInSpecs | None = None) -> str:
     """Write the counterexamples (replacing each judged policy's old ones), print the table and the steps."""
-    written: list[Path] = []
-    for report in reports:
-        mine: list[Path] = []
-        for name, cell in report.cells.items():
-            if cell.counterexample:
-                if specs is not None:  # so that fence replay loads the same plug-ins
-                    cell.counterexample = replace(cell.counterexample, plugins=specs)
-                mine.extend(_counterexample.write(cell.counterexample, out))
-        _counterexample.remove_stale(out, report.policy.name, mine)
-        written.extend(mine)
+    written = write_counterexamples(reports, out, specs)
     if args.json:
         text = json.dumps(_as_json(reports, differences), indent=2)
-        print(text)
-        return text
-    parts = [table(reports)]
-    for report in reports:
-        for name, cell in report.cells.items():
-            if cell.counterexample:
-                parts += ["", _counterexample.steps_text(cell.counterexample)]
-            elif cell.detail and cell.verdict is not Verdict.PROVED:  # the legend says what proved means
-                parts.append(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
-    if written:
-        parts.append(f"\ncounterexamples written to {out}/ (.txt steps, .mmd Mermaid, .json replayable)")
-    text = "\n".join(parts)
+    else:
+        text = report_text(reports, out if written else None)
     print(text)
     return text
 

@@ -158,6 +158,15 @@ def _plugin_specs(path: Path, data: dict) -> dict:
         isinstance(v, str) for v in specs.values()
     ):
         raise BadInput(f"{path}: corrupt fence counterexample (\"plugins\" must map policy/destination/ledger to specs)")
+    from fence._plugins import UNIMPORTABLE
+
+    for what, spec in specs.items():
+        if spec.startswith(UNIMPORTABLE):
+            raise BadInput(
+                f"{path}: found with a {what} passed to fence.testing as an object fence cannot import again "
+                f"({spec.removeprefix(UNIMPORTABLE)}); replay it from the test that found it, or pass the {what} "
+                "there as MODULE:ATTR"
+            )
     return specs
 
 

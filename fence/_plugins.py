@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from fence._destination import Guards
 from fence._errors import BadInput
 from fence._policies import POLICIES, JanitorPolicy, policy_problem
 
@@ -101,23 +102,30 @@ def load_policy(spec: str) -> JanitorPolicy:
         return POLICIES[spec]
     if ":" not in spec:
         raise BadInput(f"unknown policy {spec!r}: use one of {', '.join(POLICIES)}, MODULE:ATTR or FILE.py:ATTR")
-    candidate = load_attribute(spec, "policy")
+    return checked_policy(load_attribute(spec, "policy"), repr(spec))
+
+
+def checked_policy(candidate, label: str) -> JanitorPolicy:
+    """``candidate`` (a policy, or a class that builds one with no arguments) if it is a janitor policy.
+
+    ``label`` names it in the one-line refusal (the spec it was loaded from, or its class).
+    """
     if isinstance(candidate, type):
         forgot = _forgot_dataclass(candidate)
         if forgot:
-            raise BadInput(f"policy {spec!r}: {forgot}")
+            raise BadInput(f"policy {label}: {forgot}")
         try:
             candidate = candidate()
         except Exception as error:
-            raise BadInput(f"policy {spec!r}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
+            raise BadInput(f"policy {label}: {candidate.__name__}() failed ({error}); it must build with no arguments") from None
     elif callable(candidate) and not hasattr(candidate, "decide"):
         raise BadInput(
-            f"policy {spec!r} is not a janitor policy but a function: name the policy class (or an instance), "
+            f"policy {label} is not a janitor policy but a function: name the policy class (or an instance), "
             "e.g. FILE.py:MyPolicy"
         )
     problem = policy_problem(candidate)
     if problem:
-        raise BadInput(f"policy {spec!r} is not a janitor policy: {problem}")
+        raise BadInput(f"policy {label} is not a janitor policy: {problem}")
     return candidate
 
 
@@ -145,26 +153,66 @@ def _forgot_dataclass(cls: type) -> str | None:
 
 
 def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], sample):
-    factory = load_attribute(spec, what)
+    return checked_factory(load_attribute(spec, what), repr(spec), what, argument, methods, sample)
+
+
+def checked_factory(factory, label: str, what: str, argument: str, methods: tuple[str, ...], sample):
+    """``factory`` if calling it with ``sample`` makes an object with the protocol's ``methods``."""
     if not callable(factory):
-        raise BadInput(f"{what} {spec!r} must be a class or function taking {argument}")
+        raise BadInput(f"{what} {label} must be a class or function taking {argument}")
     try:
         made = factory(sample)
     except Exception as error:
-        raise BadInput(f"{what} {spec!r}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
+        raise BadInput(f"{what} {label}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
     if made is None:
-        raise BadInput(f"{what} {spec!r} returned None when called with {argument}; it must return the {what} it made")
+        raise BadInput(f"{what} {label} returned None when called with {argument}; it must return the {what} it made")
     missing = [name for name in methods if not callable(getattr(made, name, None))]
     if missing:
-        raise BadInput(f"{what} {spec!r} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
+        raise BadInput(f"{what} {label} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
     return factory
 
 
 def load_destination(spec: str):
-    from fence._destination import Guards
-
-    return _factory(spec, "destination", "the policy's Guards", DESTINATION_METHODS, Guards())
+    return _factory(spec, *_DESTINATION_PROTOCOL)
 
 
 def load_ledger(spec: str):
-    return _factory(spec, "ledger", "the capacity (an int)", LEDGER_METHODS, 1)
+    return _factory(spec, *_LEDGER_PROTOCOL)
+
+
+def checked_destination(factory, label: str):
+    """A destination factory given as an object (fence.testing): checked as ``load_destination`` checks a spec."""
+    return checked_factory(factory, label, *_DESTINATION_PROTOCOL)
+
+
+def checked_ledger(factory, label: str):
+    """A ledger factory given as an object (fence.testing): checked as ``load_ledger`` checks a spec."""
+    return checked_factory(factory, label, *_LEDGER_PROTOCOL)
+
+
+# (what, what it is called with, the methods what it makes must have, a sample argument)
+_DESTINATION_PROTOCOL = ("destination", "the policy's Guards", DESTINATION_METHODS, Guards())
+_LEDGER_PROTOCOL = ("ledger", "the capacity (an int)", LEDGER_METHODS, 1)
+
+
+UNIMPORTABLE = "unimportable:"
+"""How a counterexample names a plug-in that was passed as an object fence cannot import again."""
+
+
+def spec_of(thing) -> str | None:
+    """``MODULE:ATTR`` that imports ``thing`` itself again (a class or function at module level), else None.
+
+    fence.testing records it with a counterexample, so that ``fence replay``
+    loads the same plug-in; an object built with arguments has no such spec.
+    """
+    module, name = getattr(thing, "__module__", None), getattr(thing, "__qualname__", None)
+    if not module or not name or "<" in name or module == "__main__":
+        return None
+    found = sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    if found is not thing:
+        return None
+    if module.startswith("fence_plugin_"):  # loaded from a FILE.py spec: name the file again
+        return f"{Path(sys.modules[module].__file__).resolve()}:{name}"
+    return f"{module}:{name}"

@@ -127,7 +127,7 @@ def _config_of(found, difference) -> ModelConfig:
 
 
 def _render(found, args, examples: int, configs, seconds: float) -> str:
-    from fence._cli import table
+    from fence._checking import table
 
     reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
     versions = {name: value for _, _, v in found for name, value in v.items()}
