@@ -21,12 +21,12 @@ Exit 1 when a safe policy duplicated or any run lost a job or leaked a unit.
 from __future__ import annotations
 
 import argparse
-import math
 import shlex
 import sys
 from pathlib import Path
 
 from fence import _evidence, _output, _realclock
+from fence._cli import _seconds
 from fence._errors import BadInput
 
 FULL_LEASE = 1.0
@@ -50,11 +50,8 @@ def _trials(text: str) -> int:
 
 
 def _lease(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
+    value = _seconds(text)  # the one parser of seconds: a number, and finite
+    if not value > 0:  # NaN too
         raise argparse.ArgumentTypeError(f"a lease must be a positive number of seconds, got {text}")
     if value > 60:
         raise argparse.ArgumentTypeError(f"a lease of {value:g}s would run for hours; use at most 60")
