@@ -110,6 +110,32 @@ TARGETS: dict[str, Target] = {
             options={"guarded": True},
             extra="procrastinate",
         ),
+        Target(
+            row="pgqueuer",
+            system="pgqueuer",
+            policy=POLICIES["naive"],
+            recovery="the stale re-pick in dequeue: a picked job whose heartbeat is older than heartbeat_timeout "
+            "is picked again, on the same row, by the next queue manager's dequeue (next_stale), which runs it; "
+            "the stale worker's log_jobs(job) and update_heartbeat are keyed by the job id alone",
+            time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.pgqueuer:PgqueuerStorage",
+            options={"guarded": False},
+            extra="pgqueuer",
+        ),
+        Target(
+            row="pgqueuer+guard",
+            system="pgqueuer",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; the stale re-pick runs the recovery instead of the "
+            "body (fence.targets.pgqueuer.guarded_attempt): abandon the earlier picks' attempts unless one "
+            "committed, then log_jobs(successful), or log_jobs(exception) and enqueue a fresh row",
+            time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.pgqueuer:PgqueuerStorage",
+            options={"guarded": True},
+            extra="pgqueuer",
+        ),
     )
 }
 
