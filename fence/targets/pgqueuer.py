@@ -133,9 +133,21 @@ def attempt_id(job: Job, pick: int) -> str:
     return f"{key_of(job)}@{job.id}.{pick}"
 
 
+async def log_statuses(queries: Queries, job_id: int) -> list[str]:
+    """The statuses pgqueuer's log holds for one job, oldest first: ``job_log_history``'s own query.
+
+    Read through the query builder rather than ``Queries.job_log_history``:
+    with psycopg, a log row that carries a traceback comes back as a dict,
+    and pgqueuer 1.6's ``Log`` model (which parses it as JSON text) raises
+    TypeError on it, so a job once retried with a traceback could not be read.
+    """
+    rows = await queries.driver.fetch(queries.qbq.build_job_log_history_query(), job_id, 10_000)
+    return [row["status"] for row in rows]
+
+
 async def picks_of(queries: Queries, job: Job) -> int:
     """How many times pgqueuer's dequeue has picked this row: its ``picked`` entries in pgqueuer's log."""
-    return sum(1 for entry in await queries.job_log_history(job.id, limit=10_000) if entry.status == "picked")
+    return (await log_statuses(queries, job.id)).count("picked")
 
 
 async def complete(queries: Queries, job: Job, status: str, traceback: TracebackRecord | None = None) -> None:
@@ -496,6 +508,6 @@ class PgqueuerStorage(ModelStorage):
 
 __all__ = [
     "KEY_HEADER", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
-    "enqueue_keyed", "ensure_schema", "guarded_attempt", "heartbeat_timeout", "key_of", "picks_of",
+    "enqueue_keyed", "ensure_schema", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
     "recover_repick", "settle_existing", "settle_unused",
 ]
