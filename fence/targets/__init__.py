@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A *target* is a job system people run (procrastinate today; pgqueuer and
+A *target* is a job system people run (procrastinate and pgqueuer today;
 celery with Redis next), on its real library and its real server. fence drives
 it with the model's own ``World``: the target's job table and its own
 recovery call are the ledger (``ledger_factory``), the task's side effect is a
@@ -20,7 +20,8 @@ is recorded with the run that shows it and reported as a finding about the
 system, next to the verdicts.
 
 Each target also says how it moves time without sleeping (procrastinate: its
-workers' heartbeat timestamps are moved back in the database) and which
+workers' heartbeat timestamps are moved back in the database; pgqueuer: its
+jobs' heartbeats) and which
 server it needs, started through the project's own scripts
 (``fence/_scripts/postgres.sh``).
 
