@@ -208,6 +208,10 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
     (``with attempt: attempt.commit(payload)``); a re-pick (the row's log has
     more than one pick) recovers instead (``recover_repick``) and returns
     None: the task returns without running its body.
+
+    Any second pick of a row is recovered this way, including a job the task
+    retried with ``RetryRequested`` (``retry_job`` re-queues the same row): it
+    too runs again on a fresh row, with its delay and attempt count dropped.
     """
     pick = await picks_of(queries, job)
     if pick > 1:
@@ -482,7 +486,11 @@ class PgqueuerStorage(ModelStorage):
             raise BackendError(f"{url!r}: pgqueuer runs on PostgreSQL; give a postgresql:// URL")
         super().__init__(url, namespace="fence_targets_pgqueuer")
         self.guarded = guarded
-        self.session = Session(url)
+        try:
+            self.session = Session(url)
+        except BaseException:
+            super().close()  # the destination's store is open already
+            raise
 
     def __reduce__(self):
         raise TypeError("a pgqueuer target's storage lives in the process that opened it")
