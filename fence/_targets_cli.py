@@ -78,7 +78,7 @@ def cmd_targets(args) -> int:
     text = _render(found, args, examples, configs, seconds)
     print(text)
     if written is not None:
-        lines = header(command_line("fence targets"), ("fence", "hypothesis", "procrastinate", "psycopg"))
+        lines = header(command_line("fence targets"), ("fence", "hypothesis", "procrastinate", "pgqueuer", "psycopg"))
         write_atomically(written, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
     return _status(found)
 

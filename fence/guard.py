@@ -27,7 +27,9 @@ same key and the same refusal; the guard cannot make a call that is not
 idempotent safe.
 
 Queue-specific recovery (which job to retry, and how) lives with each target:
-``fence.targets.procrastinate.recover_stalled_jobs`` for procrastinate.
+``fence.targets.procrastinate.recover_stalled_jobs`` for procrastinate,
+``fence.targets.pgqueuer.guarded_attempt`` for pgqueuer (whose stale re-pick
+runs the recovery).
 """
 
 from __future__ import annotations

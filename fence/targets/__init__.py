@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-A *target* is a job system people run (procrastinate today; pgqueuer and
+A *target* is a job system people run (procrastinate and pgqueuer today;
 celery with Redis next), on its real library and its real server. fence drives
 it with the model's own ``World``: the target's job table and its own
 recovery call are the ledger (``ledger_factory``), the task's side effect is a
@@ -20,7 +20,8 @@ is recorded with the run that shows it and reported as a finding about the
 system, next to the verdicts.
 
 Each target also says how it moves time without sleeping (procrastinate: its
-workers' heartbeat timestamps are moved back in the database) and which
+workers' heartbeat timestamps are moved back in the database; pgqueuer: its
+jobs' heartbeats) and which
 server it needs, started through the project's own scripts
 (``fence/_scripts/postgres.sh``).
 
@@ -109,6 +110,32 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": True},
             extra="procrastinate",
+        ),
+        Target(
+            row="pgqueuer",
+            system="pgqueuer",
+            policy=POLICIES["naive"],
+            recovery="the stale re-pick in dequeue: a picked job whose heartbeat is older than heartbeat_timeout "
+            "is picked again, on the same row, by the next queue manager's dequeue (next_stale), which runs it; "
+            "the stale worker's log_jobs(job) and update_heartbeat are keyed by the job id alone",
+            time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.pgqueuer:PgqueuerStorage",
+            options={"guarded": False},
+            extra="pgqueuer",
+        ),
+        Target(
+            row="pgqueuer+guard",
+            system="pgqueuer",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; the stale re-pick runs the recovery instead of the "
+            "body (fence.targets.pgqueuer.guarded_attempt): abandon the earlier picks' attempts unless one "
+            "committed, then log_jobs(successful), or log_jobs(exception) and enqueue a fresh row",
+            time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
+            server="postgres",
+            storage="fence.targets.pgqueuer:PgqueuerStorage",
+            options={"guarded": True},
+            extra="pgqueuer",
         ),
     )
 }

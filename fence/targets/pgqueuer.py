@@ -1,0 +1,521 @@
+"""pgqueuer on PostgreSQL as a fence target: its queue table is the ledger, its dequeue the recovery.
+
+Theory of operation
+-------------------
+pgqueuer has no janitor. A queue manager's ``dequeue`` takes queued jobs *and*
+re-picks any ``picked`` job whose ``heartbeat`` is older than the
+``heartbeat_timeout`` (the ``next_stale`` part of its one dequeue statement),
+on the same row, for itself. Completion (``log_jobs``) and heartbeats
+(``update_heartbeat``) are keyed by the job id alone. So a worker that fell
+silent and then wakes up completes the row that another worker re-picked and
+is running (pgqueuer #430, PR #675: jobs re-picked while still running and
+executed twice).
+
+fence drives pgqueuer's own ``Queries`` (its query builder, on the schema
+pgqueuer's ``install`` creates) through fence's ledger protocol:
+
+* a **reserve** for a job's key is a queue manager taking the job:
+  ``enqueue`` (the key is the job's ``dedupe_key`` and a header, and its
+  entrypoint, so that a dequeue for a key takes that key's job) when the key
+  has no job, then ``dequeue(batch_size=1)`` under a fresh
+  ``queue_manager_id``. Each attempt is its own queue manager, so each has its
+  own claim on the row;
+* a **confirm** is the worker's ``log_jobs([(job, "successful", None)])``: what
+  pgqueuer's queue manager flushes when the task returns. It checks nothing
+  but the id; when no row has that id it changes nothing, silently, and fence
+  reports that as the ledger refusing;
+* a lease has **expired** when ``stale_jobs(threshold)`` (pgqueuer's own query,
+  the same predicate as ``next_stale``) lists the job with the attempt's
+  queue manager still on it;
+* the **janitor's expiry move is pgqueuer's stale re-pick**: ``dequeue`` under a
+  fresh queue manager, which re-picks the row through ``next_stale``. As
+  shipped (``guarded=False``) that queue manager runs the job again: the
+  re-pick is the naive policy's expire-and-release, and the retry's attempt
+  is handed the re-picked job (``update_heartbeat``: the call pgqueuer's
+  ``Heartbeat`` makes for a running job, so that its lease starts with the
+  attempt, as the model's does). Guarded (``guarded=True``, fence.guard and
+  ``guarded_attempt``): the re-picking task runs the recovery instead of the
+  body, so the re-pick is the hold; a settle is that task's ``log_jobs``:
+  ``successful`` (the effect exists), or ``exception`` and a fresh row
+  ``enqueue``\\ d for the retry, so that a stale worker's late ``log_jobs``
+  meets no row and changes nothing instead of completing the retry's.
+
+Reservation states are read back from pgqueuer's rows (``browse_queue``) and
+its log (``job_status``), and the picks fence made: a pick whose queue manager
+still holds the ``picked`` row is ``reserved``; a row re-picked by another
+queue manager is ``unused`` as shipped (given to a retry) and
+``outcome_unknown`` guarded (held by the recovery); a row gone with
+``successful`` last in the log is ``confirmed`` (``confirmed_existing`` when
+fence's move reported an existing ticket: pgqueuer keeps no result); gone with
+``exception`` is ``unused``; and a pick of a row that a newer attempt was
+handed is ``unused``. These are the system's answers: the lockstep compares
+them with the model, and the observer never reads them.
+
+Time moves without sleeping: a model tick is ``TICK_SECONDS`` of the
+database's clock, and moving the clock on moves every row's ``heartbeat`` and
+``execute_after`` (the two timestamps the dequeue compares with ``NOW()``)
+back by that much. A lease of L ticks is a ``heartbeat_timeout`` of
+``(L - 1/2) * TICK_SECONDS``: the half tick absorbs the milliseconds of real
+time between two statements, so a job is stale from the tick its lease runs
+out, never a tick early or late. That is the only SQL of fence's own on
+pgqueuer's tables, with the ``TRUNCATE`` that empties them for each world.
+
+A refusal (a dequeue that takes nothing, an enqueue pgqueuer rejects as a
+duplicate, a ``log_jobs`` that found no row) is raised as fence's
+``IllegalMove``, in pgqueuer's words where it has any; the world records it as
+the ledger refusing. Nothing else is refused: pgqueuer checks neither the
+queue manager nor the attempt, and that is what the lockstep reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+from pgqueuer import Job, Queries
+from pgqueuer.domain.errors import DuplicateJobError
+from pgqueuer.domain.models import TracebackRecord
+from pgqueuer.queries import EntrypointExecutionParameter
+
+from fence._errors import BackendError, IllegalMove, StaleAttempt
+from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._policies import Decision
+from fence.backends import ModelStorage
+from fence.guard import Guard, GuardedAttempt
+
+TICK_SECONDS = 60.0
+"""How much of the database's clock one model tick is."""
+KEY_HEADER = "fence_key"
+"""The job header that carries its idempotency key (pgqueuer's Job has no dedupe_key field)."""
+
+S = ReservationState
+EXISTING_FINISHES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
+
+
+def heartbeat_timeout(lease_ticks: float) -> timedelta:
+    """pgqueuer's ``heartbeat_timeout`` for a lease of that many ticks (see the module doc)."""
+    return timedelta(seconds=(lease_ticks - 0.5) * TICK_SECONDS)
+
+
+async def ensure_schema(queries: Queries) -> None:
+    """pgqueuer's schema through its own install (or upgrade), once per database, under its lock."""
+    async with queries.schema_lock():
+        if await queries.schema_is_installed():
+            await queries.upgrade()
+        else:
+            await queries.install()
+
+
+# -- the recovery, as a user runs it ------------------------------------------------------
+async def enqueue_keyed(queries: Queries, entrypoint: str, payload: bytes | None, key: str) -> int:
+    """Enqueue a job for ``key``: its dedupe_key (one live job per key) and the header fence.guard reads."""
+    try:
+        (job_id,) = await queries.enqueue(entrypoint, payload, dedupe_key=key, headers={KEY_HEADER: key})
+    except DuplicateJobError as error:
+        raise IllegalMove(f"pgqueuer refused enqueue({entrypoint!r}, dedupe_key={key!r}): "
+                          f"{type(error).__name__} {error}".rstrip()) from None
+    return job_id
+
+
+def key_of(job: Job) -> str:
+    """A job's idempotency key: the header ``enqueue_keyed`` set."""
+    key = (job.headers or {}).get(KEY_HEADER)
+    if not isinstance(key, str):
+        raise ValueError(f"job {job.id} has no {KEY_HEADER!r} header: enqueue it with enqueue_keyed")
+    return key
+
+
+def attempt_id(job: Job, pick: int) -> str:
+    """One attempt's identity: the key, the row and which pick of that row it is."""
+    return f"{key_of(job)}@{job.id}.{pick}"
+
+
+async def log_statuses(queries: Queries, job_id: int) -> list[str]:
+    """The statuses pgqueuer's log holds for one job, oldest first: ``job_log_history``'s own query.
+
+    Read through the query builder rather than ``Queries.job_log_history``:
+    with psycopg, a log row that carries a traceback comes back as a dict,
+    and pgqueuer 1.6's ``Log`` model (which parses it as JSON text) raises
+    TypeError on it, so a job once retried with a traceback could not be read.
+    """
+    rows = await queries.driver.fetch(queries.qbq.build_job_log_history_query(), job_id, 10_000)
+    return [row["status"] for row in rows]
+
+
+async def picks_of(queries: Queries, job: Job) -> int:
+    """How many times pgqueuer's dequeue has picked this row: its ``picked`` entries in pgqueuer's log."""
+    return (await log_statuses(queries, job.id)).count("picked")
+
+
+async def complete(queries: Queries, job: Job, status: str, traceback: TracebackRecord | None = None) -> None:
+    """``log_jobs`` for one job, as pgqueuer's queue manager flushes it; IllegalMove if no row had its id.
+
+    pgqueuer changes nothing, and says nothing, when the row is gone: fence
+    reads whether it was there first (one connection, so nothing moves between).
+    """
+    present = await queries.queue_job_by_id(job.id)
+    await queries.log_jobs([(job, status, traceback)])
+    if present is None:
+        raise IllegalMove(f"pgqueuer's log_jobs({job.id}, {status}) changed nothing: no row {job.id} in its queue")
+
+
+async def settle_existing(queries: Queries, job: Job) -> None:
+    """The recovery found the effect: the re-picked row is logged ``successful``."""
+    await complete(queries, job, "successful")
+
+
+async def settle_unused(queries: Queries, job: Job) -> int:
+    """The recovery abandoned the attempt: log the re-picked row as an exception, enqueue a fresh row.
+
+    The fresh row has a new id, so the stale worker's late ``log_jobs`` (by the
+    old id) meets no row. Two calls, not one transaction: a recovery that dies
+    between them leaves the job logged with no fresh row (never run twice,
+    possibly never again; pgqueuer has no call that does both).
+    """
+    record = TracebackRecord(
+        job_id=job.id, timestamp=datetime.now(timezone.utc), exception_type="Abandoned",
+        exception_message="abandoned by fence.guard after a stale re-pick; retried on a fresh row",
+        traceback="", additional_context=None,
+    )
+    await complete(queries, job, "exception", record)
+    return await enqueue_keyed(queries, job.entrypoint, job.payload, key_of(job))
+
+
+async def recover_repick(queries: Queries, guard: Guard, job: Job, pick: int) -> Decision:
+    """A stale re-pick's recovery: abandon every earlier pick's attempt unless one committed, then settle.
+
+    EXISTING: the row is logged successful. UNUSED: every earlier attempt can
+    never write; the row is logged as an exception and a fresh row enqueued.
+    """
+    decision = Decision.UNUSED
+    for earlier in range(1, pick):
+        decision = guard.recover(key_of(job), attempt_id(job, earlier))
+    if decision is Decision.EXISTING:
+        await settle_existing(queries, job)
+    else:
+        await settle_unused(queries, job)
+    return decision
+
+
+async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAttempt | None:
+    """What a pgqueuer entrypoint calls first: its guarded attempt, or None when this run was a recovery.
+
+    pgqueuer's dequeue re-picks a stale job on the same row and cannot be told
+    not to, so the run it starts decides: a first pick gets its attempt
+    (``with attempt: attempt.commit(payload)``); a re-pick (the row's log has
+    more than one pick) recovers instead (``recover_repick``) and returns
+    None: the task returns without running its body.
+
+    Any second pick of a row is recovered this way, including a job the task
+    retried with ``RetryRequested`` (``retry_job`` re-queues the same row): it
+    too runs again on a fresh row, with its delay and attempt count dropped.
+    """
+    pick = await picks_of(queries, job)
+    if pick > 1:
+        await recover_repick(queries, guard, job, pick)
+        return None
+    return guard.attempt(key_of(job), attempt_id(job, pick))
+
+
+# -- the ledger ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Pick:
+    """One reservation as fence made it: which row, picked by which queue manager, for which attempt."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    job: Job
+    queue_manager: uuid.UUID
+    deadline: float
+
+
+class PgqueuerLedger:
+    """fence.Ledger's interface on pgqueuer's queue table (see the module doc)."""
+
+    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
+        self.capacity = capacity
+        self.guarded = guarded
+        self._session = session
+        self._picks: dict[str, _Pick] = {}
+        self._count_by_key: dict[str, int] = {}
+        self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
+        """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
+        self._finished_by: dict[int, Move] = {}
+        """Which move completed each row (pgqueuer keeps no result)."""
+        self._now = 0.0
+        self._lease: float | None = None
+        self._rows: dict[int, Job] | None = None
+        self._logged: dict[int, str] | None = None
+        self._stale: set[tuple[int, uuid.UUID]] | None = None
+        """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
+
+    # -- talking to pgqueuer -----------------------------------------------------------
+    @property
+    def _queries(self) -> Queries:
+        return self._session.queries
+
+    def _run(self, coroutine):
+        """A call that may change pgqueuer's rows: what was read before is read again."""
+        self._rows = self._logged = self._stale = None
+        return self._session.run(coroutine)
+
+    def _jobs(self) -> dict[int, Job]:
+        if self._rows is None:
+            rows = self._session.run(self._queries.browse_queue(limit=10_000))
+            self._rows = {job.id: job for job in rows}
+        return self._rows
+
+    def _last_logged(self, job_id: int) -> str | None:
+        """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
+        if self._logged is None:
+            ids = sorted({p.job.id for p in self._picks.values()})
+            self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
+        return self._logged.get(job_id)
+
+    def _move_time(self, now: float | None) -> None:
+        """Move the database's idea of 'now' on to ``now`` (ticks): heartbeats move back."""
+        if now is None or now <= self._now:
+            return
+        table = self._queries.qbe.settings.qualified.queue_table
+        self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
+        self._session.run(self._queries.driver.execute(
+            f"UPDATE {table} SET heartbeat = heartbeat - make_interval(secs => $1), "
+            "execute_after = execute_after - make_interval(secs => $1)",
+            (now - self._now) * TICK_SECONDS,
+        ))
+        self._now = now
+
+    def _stale_picks(self) -> set[tuple[int, uuid.UUID]]:
+        """(job id, queue manager) of every row pgqueuer's stale_jobs lists."""
+        if self._lease is None:
+            return set()
+        if self._stale is None:
+            stale = self._session.run(self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))
+            self._stale = {(job.id, job.queue_manager_id) for job in stale}
+        return self._stale
+
+    def _dequeue(self, key: str) -> tuple[Job, uuid.UUID] | None:
+        """pgqueuer's dequeue for the key's entrypoint, by a queue manager of its own: a fresh pick or a stale re-pick."""
+        queue_manager = uuid.uuid4()
+        jobs = self._run(self._queries.dequeue(
+            batch_size=1,
+            entrypoints={key: EntrypointExecutionParameter(concurrency_limit=0)},
+            queue_manager_id=queue_manager,
+            global_concurrency_limit=None,
+            heartbeat_timeout=heartbeat_timeout(self._lease),
+        ))
+        return (jobs[0], queue_manager) if jobs else None
+
+    # -- reading ------------------------------------------------------------------------
+    def _latest_pick(self, job_id: int) -> _Pick:
+        """The last pick of a row (as shipped, a row is picked again and again)."""
+        return [p for p in self._picks.values() if p.job.id == job_id][-1]
+
+    def _state(self, pick: _Pick) -> ReservationState:
+        if self._latest_pick(pick.job.id) is not pick:
+            return S.UNUSED  # the row was handed to a newer attempt (the stale re-pick)
+        row = self._jobs().get(pick.job.id)
+        if row is None:
+            if self._last_logged(pick.job.id) != "successful":
+                return S.UNUSED  # logged exception (abandoned by the guarded recovery)
+            return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_FINISHES else S.CONFIRMED
+        if row.status == "picked":
+            if row.queue_manager_id == pick.queue_manager:
+                return S.RESERVED
+            # Another queue manager's stale re-pick took the row: the recovery holding it, or a retry's run.
+            return S.OUTCOME_UNKNOWN if self.guarded else S.UNUSED
+        return S.UNUSED  # queued or failed: not this pick's any more
+
+    def _reservation(self, pick: _Pick) -> Reservation:
+        return Reservation(pick.reservation_id, pick.key, pick.owner, pick.deadline, self._state(pick))
+
+    def get(self, reservation_id: str) -> Reservation:
+        return self._reservation(self._picks[reservation_id])
+
+    def reservations(self) -> list[Reservation]:
+        return [self._reservation(p) for p in self._picks.values()]
+
+    def current(self, key: str) -> Reservation | None:
+        mine = [p for p in self._picks.values() if p.key == key]
+        return self._reservation(mine[-1]) if mine else None
+
+    @property
+    def held(self) -> int:
+        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def expired(self, now: float | None = None) -> list[Reservation]:
+        """The reservations whose row stale_jobs lists, with their queue manager still on it."""
+        self._move_time(now)
+        stale = self._stale_picks()
+        return [
+            r for p in self._picks.values()
+            if (p.job.id, p.queue_manager) in stale and (r := self._reservation(p)).state is S.RESERVED
+        ]
+
+    def snapshot(self) -> tuple:
+        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+
+    # -- moving -------------------------------------------------------------------------
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        if self._lease is not None and lease != self._lease:
+            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._move_time(now)
+        self._lease = lease
+        mine = [p for p in self._picks.values() if p.key == key]
+        repicked = self._repicks.pop(mine[-1].reservation_id, None) if mine and not self.guarded else None
+        if repicked is not None:
+            # As shipped, the retry is the run the stale re-pick started: its task beats once as it starts.
+            job, queue_manager = repicked
+            self._run(self._queries.update_heartbeat([job.id]))
+        else:
+            if not any(j.entrypoint == key and j.status in ("queued", "picked") for j in self._jobs().values()):
+                self._run(enqueue_keyed(self._queries, key, key.encode(), key))
+            picked = self._dequeue(key)
+            if picked is None:
+                raise IllegalMove(f"reserve {key!r} for {owner!r}: pgqueuer's dequeue took no job for entrypoint {key!r}")
+            job, queue_manager = picked
+        count = self._count_by_key.get(key, 0) + 1
+        self._count_by_key[key] = count
+        pick = _Pick(f"{key}/r{count}", key, owner, job, queue_manager, (now or 0) + lease)
+        self._picks[pick.reservation_id] = pick
+        return self._reservation(pick)
+
+    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+        """The worker's log_jobs(job, successful) on the job it was given, as pgqueuer's queue manager flushes it."""
+        if move not in (Move.CONFIRM, Move.CONFIRM_EXISTING):
+            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
+        mine = [p for p in self._picks.values() if p.key == key and p.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it was never given a job for that key")
+        pick = mine[-1]
+        self._run(complete(self._queries, pick.job, "successful"))
+        self._finished_by[pick.job.id] = move
+        return self._reservation(self._latest_pick(pick.job.id))
+
+    def confirm(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM)
+
+    def confirm_existing(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        """A janitor's move: the stale re-pick (expiry), or the guarded recovery's log_jobs (settles)."""
+        pick = self._picks[reservation_id]
+        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
+            wanted = Move.EXPIRE_AND_HOLD if self.guarded else Move.EXPIRE_AND_RELEASE
+            if move is not wanted:
+                raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's stale re-pick here is {wanted.value}")
+            if (pick.job.id, pick.queue_manager) not in self._stale_picks():
+                raise IllegalMove(f"{move.value} on {reservation_id}: stale_jobs does not list job {pick.job.id} "
+                                  f"on queue manager {pick.queue_manager}")
+            picked = self._dequeue(pick.key)
+            if picked is None or picked[0].id != pick.job.id:
+                raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's dequeue did not re-pick job {pick.job.id}"
+                                  + (f" (it took job {picked[0].id})" if picked else ""))
+            self._repicks[reservation_id] = picked
+        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
+            held = self._repicks.get(reservation_id) if self.guarded else None
+            if held is None:
+                raise IllegalMove(f"{move.value} on {reservation_id}: no recovery re-picked its job")
+            job = held[0]
+            if move is Move.SETTLE_EXISTING:
+                self._run(settle_existing(self._queries, job))
+                self._finished_by[job.id] = move
+            else:
+                self._run(settle_unused(self._queries, job))
+        else:
+            raise IllegalMove(f"{move.value} is an owner's move, not the janitor's")
+        return self._reservation(self._latest_pick(pick.job.id))
+
+
+# -- one connection per storage, a fresh database per world ---------------------------------
+class Session:
+    """One psycopg connection and pgqueuer's Queries on it, on one event loop; ``run`` awaits a call."""
+
+    def __init__(self, url: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.connection = None
+        try:
+            self.connection = self.run(psycopg.AsyncConnection.connect(url, autocommit=True))
+            self.queries = Queries.from_psycopg_connection(self.connection)
+            self.run(ensure_schema(self.queries))
+        except Exception as error:
+            self.close()
+            raise BackendError(f"{url}: cannot open pgqueuer there ({str(error).strip().splitlines()[0]})") from None
+
+    def run(self, coroutine):
+        return self.loop.run_until_complete(coroutine)
+
+    def empty(self) -> None:
+        names = self.queries.qbe.settings.qualified
+        tables = ", ".join((names.queue_table, names.queue_table_log, names.statistics_table))
+        self.run(self.queries.driver.execute(f"TRUNCATE {tables} RESTART IDENTITY"))
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        rows = self.run(self.queries.driver.fetch("SHOW server_version"))
+        return {"pgqueuer": version("pgqueuer"), "postgresql": rows[0]["server_version"]}
+
+    def close(self) -> None:
+        try:
+            if self.connection is not None:
+                self.run(self.connection.close())
+        finally:
+            self.loop.close()
+
+
+class PgqueuerStorage(ModelStorage):
+    """World factories on pgqueuer: each world starts on empty pgqueuer tables.
+
+    The destination is fence's own SQL destination on the same database, in a
+    schema of its own (``fence_targets_pgqueuer``): the task's ticket is a row
+    there. Like ``ModelStorage``, one world at a time lives on it.
+    """
+
+    def __init__(self, url: str, *, guarded: bool) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise BackendError(f"{url!r}: pgqueuer runs on PostgreSQL; give a postgresql:// URL")
+        super().__init__(url, namespace="fence_targets_pgqueuer")
+        self.guarded = guarded
+        try:
+            self.session = Session(url)
+        except BaseException:
+            super().close()  # the destination's store is open already
+            raise
+
+    def __reduce__(self):
+        raise TypeError("a pgqueuer target's storage lives in the process that opened it")
+
+    def _fresh(self) -> None:
+        if not self._half_given:
+            self.session.empty()
+        super()._fresh()
+
+    def ledger_factory(self, capacity: int) -> PgqueuerLedger:
+        self._fresh()
+        return PgqueuerLedger(self.session, capacity, guarded=self.guarded)
+
+    def versions(self) -> dict[str, str]:
+        return self.session.versions()
+
+    def close(self) -> None:
+        try:
+            self.session.close()
+        finally:
+            super().close()
+
+
+__all__ = [
+    "KEY_HEADER", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
+    "enqueue_keyed", "ensure_schema", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
+    "recover_repick", "settle_existing", "settle_unused",
+]
