@@ -110,8 +110,7 @@ def test_a_stale_ack_acks_the_retrys_delivery_where_the_model_refuses(shipped, c
     difference = replay_in_lockstep(STALE_ACK, world, World(NAIVE, ONE), same_story=without_refusal_reasons)
     assert difference is not None and difference.what == "confirm: the step's story"
     assert "the ledger refuses" in difference.detail and "job1#1 confirms: job1/r2 is confirmed" in difference.detail
-    r1, r2 = world.ledger._deliveries["job1/r1"], world.ledger._deliveries["job1/r2"]
-    assert r1.tag == r2.tag and r1.task_id == r2.task_id
+    assert world.ledger.delivery_of("job1/r1") == world.ledger.delivery_of("job1/r2")  # same tag, same task id
     # Then the retry's worker dies: nothing is left for restore_visible to give back, ever.
     for action in [Start("job1#2"), Tick(2)]:
         world.apply(action)
@@ -145,7 +144,7 @@ def test_one_restore_visible_restores_what_the_scans_restore(shipped, celery_mod
     assert [r.reservation_id for r in world.ledger.expired(world.now)] == ["job1/r1", "job2/r1"]
     janitor = shipped.session.channel(visibility_timeout=celery_module.visible_after(two.lease))
     janitor.qos.restore_visible()  # its defaults: up to 10 messages, and the first call scans
-    world.ledger._changed()
+    world.ledger.read_again()
     assert [r.state.value for r in world.ledger.reservations()] == ["unused", "unused"]
     assert shipped.session.client.llen("job1") == shipped.session.client.llen("job2") == 1
 
@@ -165,8 +164,8 @@ def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     world = _on(guarded, policy)
     assert replay_in_lockstep(STALE_SETTLE, world, World(policy, ONE), same_story=without_refusal_reasons) is None
     assert world.trace[-1].sentence.endswith("the ledger refuses")
-    r1, r2 = world.ledger._deliveries["job1/r1"], world.ledger._deliveries["job1/r2"]
-    assert r1.tag != r2.tag and r1.task_id != r2.task_id
+    (tag1, task1), (tag2, task2) = world.ledger.delivery_of("job1/r1"), world.ledger.delivery_of("job1/r2")
+    assert tag1 != tag2 and task1 != task2
 
 
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_url, celery_module):

@@ -350,6 +350,15 @@ class CeleryLedger:
     def snapshot(self) -> tuple:
         return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
 
+    def delivery_of(self, reservation_id: str) -> tuple[str, str]:
+        """The delivery tag and celery task id of the message a reservation took."""
+        delivery = self._deliveries[reservation_id]
+        return delivery.tag, delivery.task_id
+
+    def read_again(self) -> None:
+        """Forget what Redis answered: someone else (a test's own restore_visible) moved kombu's keys."""
+        self._changed()
+
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
         if self._lease is not None and lease != self._lease:
@@ -554,6 +563,6 @@ class CeleryStorage(ModelStorage):
 
 
 __all__ = [
-    "TICK_SECONDS", "CeleryLedger", "CeleryStorage", "attempt_id", "make_app", "recover_expired",
-    "tags_past", "task_key", "unacked_message", "visible_after",
+    "NEVER_WITHIN_A_RUN", "TICK_SECONDS", "UNACKED", "UNACKED_INDEX", "CeleryLedger", "CeleryStorage",
+    "attempt_id", "make_app", "recover_expired", "tags_past", "task_key", "unacked_message", "visible_after",
 ]
