@@ -194,6 +194,8 @@ def recover_expired(
     a new delivery tag). Under the lock restore_visible takes, so that two
     recoveries never work at once. kombu's ``visibility_timeout`` must stay far
     above ``lease_seconds``, or kombu restores the message itself first.
+    The fresh message carries the task's name, arguments and queue, not the
+    first one's other options (priority, eta, headers of your own).
     Returns [(task id, Decision)] for the messages it settled.
     """
     settled = []
@@ -214,7 +216,8 @@ def recover_expired(
                         channel.basic_ack(tag)
                     else:
                         channel.basic_reject(tag, requeue=False)
-                        app.send_task(message.headers["task"], args=args, kwargs=kwargs, queue=routing_key)
+                        app.send_task(message.headers["task"], args=args, kwargs=kwargs, queue=routing_key,
+                                      connection=connection)
                     settled.append((message.headers["id"], decision))
         except MutexHeld:
             return []  # another recovery is at work
