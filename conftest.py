@@ -11,6 +11,10 @@ stops at its end. Under CI (env CI set) a cluster that cannot be started FAILS
 those tests; elsewhere they are skipped, with the reason. The suite runs on
 two pytest-xdist workers; on a shared cluster each worker has a database of its
 own (``_database_of_this_worker``), and without one each starts its own cluster.
+
+Redis: tests marked ``redis`` (the celery target) use $FENCE_REDIS_URL the same
+way (a database number per worker), otherwise a private server that
+scripts/redis.sh starts for the session; under CI, failed rather than skipped.
 """
 
 import os
@@ -148,6 +152,60 @@ def postgres_url():
     url = started.stdout.strip().splitlines()[-1]
     yield url
     subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)
+
+
+REDIS_SCRIPT = Path(__file__).resolve().parent / "scripts" / "redis.sh"
+
+
+def _no_redis(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"CI runs the Redis tests for real, and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _redis_database_of_this_worker(url: str) -> str:
+    """``url`` with its database number replaced by one of this pytest-xdist worker's own.
+
+    The celery target empties its database (FLUSHDB) before every world, so
+    two workers sharing one would erase each other's queues: gw0 gets
+    database 1, gw1 database 2, and so on (Redis has 16). Without xdist: ``url``.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    return url.rsplit("/", 1)[0] + f"/{1 + int(worker.removeprefix('gw'))}"
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A Redis URL: $FENCE_REDIS_URL (a database of this worker's own), or a private server for this session."""
+    try:
+        import redis
+    except ImportError:
+        _no_redis("redis-py is not installed (pip install -e '.[test]')")
+    url = os.environ.get("FENCE_REDIS_URL")
+    if url:
+        own = _redis_database_of_this_worker(url)
+        try:
+            with redis.Redis.from_url(own, socket_connect_timeout=5) as client:
+                client.ping()
+        except redis.RedisError as error:
+            _no_redis(f"$FENCE_REDIS_URL ({url}) cannot be reached: {str(error).splitlines()[0]}")
+        # Commands the tests run in subprocesses read the variable: give them ours too.
+        os.environ["FENCE_REDIS_URL"] = own
+        yield own
+        os.environ["FENCE_REDIS_URL"] = url
+        return
+    try:
+        started = subprocess.run(["bash", str(REDIS_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        _no_redis(f"scripts/redis.sh start failed: {error}")
+    if started.returncode != 0:
+        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        _no_redis(f"scripts/redis.sh start failed: {last}")
+    url = started.stdout.strip().splitlines()[-1]
+    yield url
+    subprocess.run(["bash", str(REDIS_SCRIPT), "stop", url], capture_output=True, timeout=120)
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -15,6 +15,7 @@ input (one line); 3 when a guarded row is undetermined (a danger never reached).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import replace
@@ -47,6 +48,9 @@ def arguments(parser) -> None:
     parser.add_argument("--postgres", metavar="URL",
                         help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
                         "started and stopped with the project's scripts/postgres.sh)")
+    parser.add_argument("--redis", metavar="URL",
+                        help="Redis to run the celery rows on (default: $FENCE_REDIS_URL, else a private server "
+                        "started and stopped with the project's scripts/redis.sh)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--record", action="store_true",
                        help=f"also write the report to the repository's {EVIDENCE} (from the checkout's root)")
@@ -54,7 +58,7 @@ def arguments(parser) -> None:
 
 
 def cmd_targets(args) -> int:
-    from fence.targets import TARGETS, judge_target, postgres
+    from fence.targets import TARGETS, judge_target, postgres, redis
 
     # Checked before the work (fence._output): a report that cannot be written is one line now.
     written = in_evidence(EVIDENCE) if args.record else args.report
@@ -63,10 +67,19 @@ def cmd_targets(args) -> int:
     examples, steps, configs = PROFILES[args.profile]
     rows = [TARGETS[name] for name in (args.row or TARGETS)]
     started = time.perf_counter()
-    with postgres(args.postgres) as (url, ours):
-        print(f"PostgreSQL: {'a private cluster started by scripts/postgres.sh' if ours else url}", file=sys.stderr)
+    servers = {  # only the servers the chosen rows need are started
+        "postgres": (postgres, args.postgres, "PostgreSQL", "a private cluster started by scripts/postgres.sh"),
+        "redis": (redis, args.redis, "Redis", "a private server started by scripts/redis.sh"),
+    }
+    with contextlib.ExitStack() as stack:
+        urls = {}
         found = []
         for index, target in enumerate(rows, 1):
+            if target.server not in urls:  # started when the first row that needs it comes
+                start, given, name, private = servers[target.server]
+                urls[target.server], ours = stack.enter_context(start(given))
+                print(f"{name}: {private if ours else urls[target.server]}", file=sys.stderr)
+            url = urls[target.server]
             print(f"[{index}/{len(rows)}] {target.row}: the machines on the real system...", end="", file=sys.stderr,
                   flush=True)
             report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps))
@@ -78,7 +91,8 @@ def cmd_targets(args) -> int:
     text = _render(found, args, examples, configs, seconds)
     print(text)
     if written is not None:
-        lines = header(command_line("fence targets"), ("fence", "hypothesis", "procrastinate", "pgqueuer", "psycopg"))
+        lines = header(command_line("fence targets"),
+                       ("fence", "hypothesis", "procrastinate", "pgqueuer", "psycopg", "celery", "kombu", "redis"))
         write_atomically(written, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
     return _status(found)
 

@@ -224,3 +224,24 @@ def private_postgres() -> Iterator[str]:
         yield url
     finally:
         subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)
+
+
+REDIS_SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "redis.sh"
+"""Package data, like POSTGRES_SCRIPT: the celery target starts its own Redis from an installed fence too."""
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A private Redis server (127.0.0.1 only, nothing on disk, a temporary directory), stopped on the way out.
+
+    Started by the project's own script; BackendError in one line if it cannot be.
+    """
+    started = subprocess.run(["bash", str(REDIS_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if started.returncode != 0:
+        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
+        raise BackendError(f"could not start a private Redis server ({last}); set FENCE_REDIS_URL")
+    url = started.stdout.strip().splitlines()[-1]
+    try:
+        yield url
+    finally:
+        subprocess.run(["bash", str(REDIS_SCRIPT), "stop", url], capture_output=True, timeout=120)

@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-A *target* is a job system people run (procrastinate and pgqueuer today;
-celery with Redis next), on its real library and its real server. fence drives
+A *target* is a job system people run (procrastinate and pgqueuer on
+PostgreSQL, celery with kombu's Redis transport), on its real library and its real server. fence drives
 it with the model's own ``World``: the target's job table and its own
 recovery call are the ledger (``ledger_factory``), the task's side effect is a
 write at a destination (``destination_factory``), and every run is judged by
@@ -23,7 +23,7 @@ Each target also says how it moves time without sleeping (procrastinate: its
 workers' heartbeat timestamps are moved back in the database; pgqueuer: its
 jobs' heartbeats) and which
 server it needs, started through the project's own scripts
-(``fence/_scripts/postgres.sh``).
+(``fence/_scripts/postgres.sh``, ``fence/_scripts/redis.sh``).
 
 A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
 targets`` prints them. Importing this package does not import any job system:
@@ -46,7 +46,7 @@ from fence._lockstep import Differences, lockstep_machine, without_refusal_reaso
 from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config
 from fence._world import ModelConfig, World
-from fence.backends import private_postgres
+from fence.backends import private_postgres, private_redis
 
 @dataclass(frozen=True)
 class Target:
@@ -63,7 +63,7 @@ class Target:
     time: str
     """How fence moves the system's time without sleeping."""
     server: str
-    """The server it needs (``postgres``), started by the project's scripts."""
+    """The server it needs (``postgres``, ``redis``), started by the project's scripts."""
     storage: str
     """``MODULE:ATTR`` of a callable (url) -> storage with destination_factory, ledger_factory, close."""
     options: dict = field(default_factory=dict)
@@ -136,6 +136,31 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
+        ),
+        Target(
+            row="celery",
+            system="celery",
+            policy=POLICIES["naive"],
+            recovery="kombu's QoS.restore_visible with visibility_timeout puts an unacked message back on its "
+            "queue under the same delivery tag; a worker's basic_ack removes that tag, whoever holds it now",
+            time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
+            server="redis",
+            storage="fence.targets.celery_redis:CeleryStorage",
+            options={"guarded": False},
+            extra="celery",
+        ),
+        Target(
+            row="celery+guard",
+            system="celery",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; instead of restore_visible, "
+            "fence.targets.celery_redis.recover_expired: abandon the attempt unless it committed, then "
+            "basic_ack, or basic_reject and publish a fresh message (a new task id and delivery tag)",
+            time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
+            server="redis",
+            storage="fence.targets.celery_redis:CeleryStorage",
+            options={"guarded": True},
+            extra="celery",
         ),
     )
 }
@@ -212,4 +237,19 @@ def postgres(url: str | None = None) -> Iterator[tuple[str, bool]]:
         yield url, False
         return
     with private_postgres() as url:
+        yield url, True
+
+
+@contextlib.contextmanager
+def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
+    """A Redis URL: ``url``, $FENCE_REDIS_URL, or a private server started (and stopped) here.
+
+    Yields (url, started_here). The server is the project's own
+    (``fence/_scripts/redis.sh``): 127.0.0.1 only, nothing on disk.
+    """
+    url = url or os.environ.get("FENCE_REDIS_URL")
+    if url:
+        yield url, False
+        return
+    with private_redis() as url:
         yield url, True

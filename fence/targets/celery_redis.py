@@ -1,0 +1,571 @@
+"""celery with kombu's Redis transport as a fence target: the queue is the ledger.
+
+Theory of operation
+-------------------
+celery with ``acks_late`` on Redis keeps a delivered task message in two
+places until it is acked: kombu's ``unacked`` hash (tag -> message) and its
+``unacked_index`` sorted set (tag -> delivery time). ``QoS.restore_visible``,
+called from every worker's event loop, puts back on its queue each message
+whose delivery is older than ``visibility_timeout``, whether or not a worker
+still runs it (kombu #337, celery #7009, #4400). fence's ``World`` drives that
+through its ledger protocol, every queue move a real celery or kombu call on a
+real Redis server:
+
+* a **reserve** for a job's key is a worker channel taking the task message
+  with its ack pending, as a celery worker with ``acks_late`` does:
+  ``Channel.basic_get(queue, no_ack=False)`` (kombu's ``QoS.append`` records
+  the delivery in ``unacked`` and ``unacked_index``). The message is published
+  first, when the queue has none, by a real celery ``App``: the task
+  ``fence_ticket`` with ``acks_late=True``, ``apply_async(args=[key],
+  queue=key)`` (one queue per key). Each reservation is one channel of its own
+  (a worker), so that each has its own ack state;
+* a **confirm** is the worker's ack after the body ran: ``Message.ack()``
+  (``basic_ack``, which ``QoS.ack`` turns into ZREM and HDEL of the tag);
+* a lease has **expired** when the query ``restore_visible`` makes (``ZRANGE
+  unacked_index BYSCORE REV (now - visibility_timeout) 0``) lists its tag;
+* the **janitor** as shipped (``guarded=False``, the naive policy) is kombu's
+  own ``QoS.restore_visible`` with ``visibility_timeout``: a scan of one expired
+  reservation is ``restore_visible(start=i, num=1, interval=1)``, where i is
+  the reservation's place in that query's answer, so that the machines can put
+  other events between two restores (one ``restore_visible()`` restores every
+  listed message the same way, one ``restore_by_tag`` each; a test checks it).
+  The next attempt takes the restored message again.
+
+kombu refuses nothing: ``basic_ack`` of a tag that is no longer unacked (the
+message was restored, or acked already) returns as quietly as any other. A
+move that removed nothing is reported to the world as refused (``IllegalMove``,
+naming the tag), since nothing moved; a move that removed something is
+accepted, whoever made it. That is where celery on Redis parts from the naive
+model, and the lockstep reports it: a restored message keeps its delivery tag
+(``_do_restore_message`` pushes the same payload back), so the first worker's
+late ack of a message that was restored *and taken again* removes the retry's
+entry from ``unacked``. The stale worker acks the retry's delivery ("job1#1
+confirms: job1/r2 is confirmed", where the model refuses the stale confirm);
+should the retry's worker then die, nothing restores the message.
+
+Guarded (``guarded=True``, ``celery+guard``): fence.guard on the task's side
+effect, with the attempt named by its celery task id, and a recovery that
+replaces ``restore_visible`` (kombu's ``visibility_timeout`` is set far above
+the recovery's lease, so kombu restores nothing itself). The recovery's scan
+takes an expired delivery from its worker (fence's record; kombu has no such
+state: the message stays in ``unacked`` and the worker's late ack still
+counts, as the model's late ack beats the janitor); its settle is
+``basic_ack(tag)`` when the guard found the attempt committed, or
+``basic_reject(tag, requeue=False)`` when it abandoned it; the retry publishes
+a fresh message (a new task id and a new delivery tag), so that a stale ack
+can never touch the retry's delivery. ``recover_expired`` is that recovery as
+a user runs it (a periodic task or a loop beside the workers)::
+
+    guard = Guard.open(DATABASE_URL)
+
+    @app.task(bind=True, acks_late=True)
+    def send_ticket(self, key, body):
+        with guard.attempt(key, attempt_id(key, self.request.id)) as attempt:
+            attempt.commit(body)
+
+    app.conf.broker_transport_options = {"visibility_timeout": 10 * LEASE}  # kombu never restores first
+    recover_expired(app, guard, lease_seconds=LEASE)  # every few seconds
+
+Reservation states are read back from Redis (which tags ``unacked`` holds)
+and the deliveries fence made: a delivery whose tag is unacked is
+``reserved`` (``outcome_unknown`` once the guarded recovery took it); an acked
+one is ``confirmed`` (``confirmed_existing`` when the recovery acked it); one
+that was restored, rejected or taken again is ``unused``. These are the
+system's answers: the lockstep compares them with the model, and the observer
+never reads them.
+
+Time moves without sleeping: a model tick is ``TICK_SECONDS`` of Redis time,
+and moving the clock on moves every delivery time in ``unacked_index`` back by
+that much (ZINCRBY): the only writes fence makes to kombu's keys itself. A lease
+of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``: the
+half tick absorbs the milliseconds of real time between two calls, so a
+message becomes visible from the tick its lease runs out, never a tick early
+or late.
+
+The destination is fence's own in-memory one (``TicketService``, held to its
+SQL versions by tests/test_backends.py): the system under test is the queue.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from typing import Callable
+
+import celery
+import kombu
+import redis
+from kombu.transport import redis as kombu_redis
+from kombu.transport.redis import Mutex, MutexHeld
+
+from fence._errors import BackendError, IllegalMove, StaleAttempt
+from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._policies import Decision
+from fence.backends import ModelStorage
+from fence.guard import Guard
+
+TICK_SECONDS = 600.0
+"""How much of Redis time one model tick is."""
+TASK_NAME = "fence_ticket"
+"""The task whose messages fence publishes: its body is the world's worker writing the ticket."""
+NEVER_WITHIN_A_RUN = 10_000 * TICK_SECONDS
+"""The guarded target's kombu ``visibility_timeout``: its own restore never fires in a run."""
+
+UNACKED = kombu_redis.Channel.unacked_key
+UNACKED_INDEX = kombu_redis.Channel.unacked_index_key
+"""kombu's keys for unacked messages (tag -> message) and their delivery times (tag -> seconds)."""
+
+MOVE_BACK = """
+for _, tag in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+    redis.call('ZINCRBY', KEYS[1], -tonumber(ARGV[1]), tag)
+end
+"""
+"""Time moving on, in Redis: the one write fence makes to kombu's keys itself."""
+
+S = ReservationState
+EXISTING_MOVES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
+
+
+def visible_after(lease_ticks: float) -> float:
+    """kombu's ``visibility_timeout`` for a lease of that many ticks (see the module doc)."""
+    return (lease_ticks - 0.5) * TICK_SECONDS
+
+
+def make_app(url: str, *, visibility_timeout: float) -> celery.Celery:
+    """A celery App on the Redis at ``url``, acks_late, with fence's one task."""
+    app = celery.Celery("fence_target", broker=url, set_as_current=False)
+    app.conf.update(task_acks_late=True, broker_transport_options={"visibility_timeout": visibility_timeout})
+
+    @app.task(name=TASK_NAME, acks_late=True, shared=False)  # shared: every later App would get it too
+    def fence_ticket(key: str) -> None:  # run by fence's world, never by a celery worker
+        raise RuntimeError("fence drives this task's attempts itself")
+
+    return app
+
+
+# -- what restore_visible sees --------------------------------------------------------------
+def tags_past(client: redis.Redis, seconds: float, index_key: str = UNACKED_INDEX) -> list[str]:
+    """The delivery tags unacked for longer than ``seconds``, in the order restore_visible takes them.
+
+    The same query as ``QoS.restore_visible`` (newest delivery first); a read.
+    """
+    ceil = time.time() - seconds
+    found = client.zrange(index_key, ceil, 0, desc=True, byscore=True)
+    return [tag.decode() for tag in found]
+
+
+def unacked_message(client: redis.Redis, channel, tag: str):
+    """The message kombu holds unacked under ``tag`` (a kombu Message), its exchange and routing key; or None."""
+    from kombu.utils.json import loads
+
+    stored = client.hget(channel.unacked_key, tag)
+    if stored is None:
+        return None
+    raw, exchange, routing_key = loads(stored)
+    return channel.Message(raw, channel=channel), exchange, routing_key
+
+
+# -- the recovery, as a user runs it ------------------------------------------------------
+def attempt_id(key: str, task_id: str) -> str:
+    """One attempt's identity: the key and the celery task id (the guarded retry is a fresh message)."""
+    return f"{key}@{task_id}"
+
+
+def task_key(args, kwargs) -> str:
+    """A task's idempotency key: its ``key`` keyword argument, else its first positional argument."""
+    if "key" in kwargs:
+        return kwargs["key"]
+    if args:
+        return args[0]
+    raise ValueError("the task has no key argument: fence.guard keys a task by its 'key' or first argument")
+
+
+def recover_expired(
+    app: celery.Celery, guard: Guard, *, lease_seconds: float,
+    key_of: Callable[[tuple, dict], str] = task_key,
+) -> list[tuple[str, Decision]]:
+    """What to run instead of kombu's restore_visible: abandon before redelivering.
+
+    For each message unacked for longer than ``lease_seconds`` (the query
+    restore_visible makes): abandon its attempt at the destination unless it
+    committed (``Guard.recover``), then ack it (its effect exists) or reject it
+    and publish a fresh message for the same task and arguments (a new task id,
+    a new delivery tag). Under the lock restore_visible takes, so that two
+    recoveries never work at once. kombu's ``visibility_timeout`` must stay far
+    above ``lease_seconds``, or kombu restores the message itself first.
+    The fresh message carries the task's name, arguments and queue, not the
+    first one's other options (priority, eta, headers of your own).
+    Returns [(task id, Decision)] for the messages it settled.
+    """
+    settled = []
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        client = channel.client
+        try:
+            with Mutex(client, channel.unacked_mutex_key, channel.unacked_mutex_expire):
+                for tag in tags_past(client, lease_seconds, channel.unacked_index_key):
+                    held = unacked_message(client, channel, tag)
+                    if held is None:
+                        continue  # its worker acked it in the meantime
+                    message, _, routing_key = held
+                    args, kwargs, _ = message.decode()
+                    key = key_of(args, kwargs)
+                    decision = guard.recover(key, attempt_id(key, message.headers["id"]))
+                    if decision is Decision.EXISTING:
+                        channel.basic_ack(tag)
+                    else:
+                        channel.basic_reject(tag, requeue=False)
+                        app.send_task(message.headers["task"], args=args, kwargs=kwargs, queue=routing_key,
+                                      connection=connection)
+                    settled.append((message.headers["id"], decision))
+        except MutexHeld:
+            return []  # another recovery is at work
+    return settled
+
+
+# -- the ledger ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Delivery:
+    """One reservation as fence made it: which message, taken by which worker channel, for which attempt."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    tag: str
+    task_id: str
+    deadline: float
+
+
+class CeleryLedger:
+    """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc)."""
+
+    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
+        self.capacity = capacity
+        self.guarded = guarded
+        self._session = session
+        self._deliveries: dict[str, _Delivery] = {}
+        self._messages: dict[str, kombu.Message] = {}
+        """Each reservation's message as its worker channel took it (the ack goes through it)."""
+        self._count_by_key: dict[str, int] = {}
+        self._published: set[str] = set()
+        self._acked: dict[str, tuple[str, Move]] = {}
+        """tag -> (the delivery it was unacked under when a move removed it, that move)."""
+        self._held: set[str] = set()
+        """Reservations the guarded recovery took from their worker (kombu has no such state)."""
+        self._now = 0.0
+        self._lease: float | None = None
+        self._janitor = None
+        self._unacked_tags: set[str] | None = None
+        self._visible: list[str] | None = None
+        """What Redis answered since the last call that may change it."""
+
+    # -- talking to Redis ----------------------------------------------------------------
+    def _changed(self) -> None:
+        self._unacked_tags = self._visible = None
+
+    def _read(self) -> None:
+        """Which tags kombu holds unacked, and which restore_visible's query lists: one round trip."""
+        with self._session.client.pipeline(transaction=False) as pipe:
+            pipe.hkeys(UNACKED)
+            if self._lease is not None:
+                pipe.zrange(UNACKED_INDEX, time.time() - self._timeout(), 0, desc=True, byscore=True)
+            answers = pipe.execute()
+        self._unacked_tags = {tag.decode() for tag in answers[0]}
+        self._visible = [tag.decode() for tag in answers[1]] if self._lease is not None else []
+
+    def _unacked(self) -> set[str]:
+        if self._unacked_tags is None:
+            self._read()
+        return self._unacked_tags
+
+    def _janitor_channel(self):
+        """The janitor's channel: restore_visible reads ``visibility_timeout`` from it (as shipped)."""
+        if self._janitor is None:
+            timeout = NEVER_WITHIN_A_RUN if self.guarded else self._timeout()
+            self._janitor = self._session.channel(visibility_timeout=timeout)
+        return self._janitor
+
+    def _timeout(self) -> float:
+        """Seconds after which a delivery is past its lease: kombu's visibility_timeout, or the recovery's lease."""
+        return visible_after(self._lease)
+
+    def _past_lease(self) -> list[str]:
+        """The tags restore_visible's query lists (``tags_past``), read with the unacked tags."""
+        if self._visible is None:
+            self._read()
+        return self._visible
+
+    def _move_time(self, now: float | None) -> None:
+        """Move Redis' idea of 'now' on to ``now`` (ticks): every delivery time moves back."""
+        if now is None or now <= self._now:
+            return
+        self._session.move_delivery_times_back((now - self._now) * TICK_SECONDS)
+        self._now = now
+        self._changed()
+
+    # -- reading ------------------------------------------------------------------------
+    def _latest(self, tag: str) -> _Delivery:
+        """The last delivery of a tag (as shipped, a restored message is taken again under its tag)."""
+        return [d for d in self._deliveries.values() if d.tag == tag][-1]
+
+    def _state(self, delivery: _Delivery) -> ReservationState:
+        if self._latest(delivery.tag) is not delivery:
+            return S.UNUSED  # restored, and taken again by a newer attempt
+        if delivery.tag in self._unacked():
+            return S.OUTCOME_UNKNOWN if delivery.reservation_id in self._held else S.RESERVED
+        removed_from, move = self._acked.get(delivery.tag, (None, None))
+        if removed_from == delivery.reservation_id and move is not Move.SETTLE_UNUSED:
+            return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
+        return S.UNUSED  # restored to its queue, or rejected
+
+    def _reservation(self, delivery: _Delivery) -> Reservation:
+        return Reservation(delivery.reservation_id, delivery.key, delivery.owner, delivery.deadline,
+                           self._state(delivery))
+
+    def get(self, reservation_id: str) -> Reservation:
+        return self._reservation(self._deliveries[reservation_id])
+
+    def reservations(self) -> list[Reservation]:
+        return [self._reservation(d) for d in self._deliveries.values()]
+
+    def current(self, key: str) -> Reservation | None:
+        mine = [d for d in self._deliveries.values() if d.key == key]
+        return self._reservation(mine[-1]) if mine else None
+
+    @property
+    def held(self) -> int:
+        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def expired(self, now: float | None = None) -> list[Reservation]:
+        """The reservations whose tag restore_visible's query lists, still unacked under them."""
+        self._move_time(now)
+        visible = set(self._past_lease())
+        return [
+            r for d in self._deliveries.values()
+            if d.tag in visible and (r := self._reservation(d)).state is S.RESERVED
+        ]
+
+    def snapshot(self) -> tuple:
+        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+
+    def delivery_of(self, reservation_id: str) -> tuple[str, str]:
+        """The delivery tag and celery task id of the message a reservation took."""
+        delivery = self._deliveries[reservation_id]
+        return delivery.tag, delivery.task_id
+
+    def read_again(self) -> None:
+        """Forget what Redis answered: someone else (a test's own restore_visible) moved kombu's keys."""
+        self._changed()
+
+    # -- moving -------------------------------------------------------------------------
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        if self._lease is not None and lease != self._lease:
+            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._move_time(now)
+        self._lease = lease
+        worker = self._session.channel()
+        message = worker.basic_get(key, no_ack=False)
+        if message is None and (self.guarded or key not in self._published):
+            self._session.publish(key)
+            self._published.add(key)
+            message = worker.basic_get(key, no_ack=False)
+        self._changed()
+        if message is None:
+            raise IllegalMove(f"reserve {key!r} for {owner!r}: kombu's basic_get found no message in queue {key!r}")
+        count = self._count_by_key.get(key, 0) + 1
+        self._count_by_key[key] = count
+        delivery = _Delivery(f"{key}/r{count}", key, owner, message.delivery_tag, message.headers["id"],
+                             (now or 0) + lease)
+        self._deliveries[delivery.reservation_id] = delivery
+        self._messages[delivery.reservation_id] = message
+        return self._reservation(delivery)
+
+    def _removing(self, tag: str, move: Move, call: Callable[[], None], what: str) -> None:
+        """Make kombu's ``call`` on ``tag``; IllegalMove if it removed nothing (kombu says nothing either way)."""
+        was_unacked = tag in self._unacked()
+        call()
+        self._changed()
+        if not was_unacked:
+            raise IllegalMove(
+                f"kombu's {what} removed nothing: no delivery of tag {tag} was unacked any more "
+                "(restored, rejected or acked before), and kombu accepts the call without a word"
+            )
+        self._acked[tag] = (self._latest(tag).reservation_id, move)
+
+    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+        """The worker's ack after the body ran (Message.ack, basic_ack), as celery's worker with acks_late makes it."""
+        if move not in (Move.CONFIRM, Move.CONFIRM_EXISTING):
+            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
+        mine = [d for d in self._deliveries.values() if d.key == key and d.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it never took a message for that key")
+        delivery = mine[-1]
+        self._removing(delivery.tag, move, self._messages[delivery.reservation_id].ack, f"ack of {delivery.reservation_id}")
+        return self._reservation(self._latest(delivery.tag))
+
+    def confirm(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM)
+
+    def confirm_existing(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        """A janitor's move, made with kombu's calls on the reservation's delivery tag."""
+        delivery = self._deliveries[reservation_id]
+        janitor = self._janitor_channel()
+        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
+            visible = self._past_lease()
+            if delivery.tag not in visible or self._latest(delivery.tag) is not delivery or reservation_id in self._held:
+                raise IllegalMove(
+                    f"{move.value} on {reservation_id}: restore_visible's query does not list its tag "
+                    f"{delivery.tag} as unacked for {self._timeout():.0f} s under it"
+                )
+            if move is Move.EXPIRE_AND_HOLD:
+                if not self.guarded:
+                    raise IllegalMove("celery as shipped has no hold: restore_visible restores")
+                self._held.add(reservation_id)  # the recovery took it (fence's record)
+            else:
+                if self.guarded:
+                    raise IllegalMove("the guarded recovery holds an expired delivery; it never restores one")
+                self._restore_visible(delivery.tag, visible.index(delivery.tag))
+        elif move is Move.SETTLE_EXISTING and self.guarded:
+            self._removing(delivery.tag, move, lambda: janitor.basic_ack(delivery.tag), f"basic_ack({delivery.tag})")
+        elif move is Move.SETTLE_UNUSED and self.guarded:
+            self._removing(delivery.tag, move, lambda: janitor.basic_reject(delivery.tag, requeue=False),
+                           f"basic_reject({delivery.tag}, requeue=False)")
+        else:
+            raise IllegalMove(f"{move.value} is not a move of this target's janitor ({'guarded' if self.guarded else 'as shipped'})")
+        return self._reservation(self._latest(delivery.tag))
+
+    def _restore_visible(self, tag: str, place: int) -> None:
+        """kombu's restore_visible, paged to the one message at ``place`` in its own order."""
+        before = set(self._unacked())
+        self._janitor_channel().qos.restore_visible(start=place, num=1, interval=1)
+        self._changed()
+        restored = before - self._unacked()
+        if restored != {tag}:
+            raise BackendError(f"restore_visible(start={place}, num=1) restored {sorted(restored)}, not [{tag}]")
+
+
+# -- one connection per storage, an emptied database per world ------------------------------
+class Session:
+    """One celery App on one Redis database, its kombu connections, and fence's own redis-py client beside them.
+
+    fence's client reads kombu's keys (for the ledger's states, which the
+    lockstep compares), moves time (``unacked_index`` scores) and empties the
+    database between worlds; every queue move goes through celery and kombu.
+    """
+
+    def __init__(self, url: str, *, visibility_timeout: float) -> None:
+        self.url = url
+        self.client = None
+        self._connections: dict[float | None, kombu.Connection] = {}
+        self._channels: list = []
+        try:
+            self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
+            self.client.ping()
+            self._move_back = self.client.register_script(MOVE_BACK)
+            self.app = make_app(url, visibility_timeout=visibility_timeout)
+            self.producer = self.app.amqp.Producer(self._connection(None))
+        except Exception as error:
+            self.close()
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BackendError(f"{url}: cannot reach Redis there ({reason}); start one with scripts/redis.sh start") from None
+
+    def _connection(self, visibility_timeout: float | None) -> kombu.Connection:
+        """The app's connection, or one whose channels restore after ``visibility_timeout`` seconds."""
+        if visibility_timeout not in self._connections:
+            options = {} if visibility_timeout is None else {"visibility_timeout": visibility_timeout}
+            connection = self.app.connection_for_write(transport_options=options)
+            connection.connect()
+            self._connections[visibility_timeout] = connection
+        return self._connections[visibility_timeout]
+
+    def channel(self, *, visibility_timeout: float | None = None):
+        """A new channel: one worker, or (with ``visibility_timeout``) the janitor."""
+        channel = self._connection(visibility_timeout).channel()
+        self._channels.append(channel)
+        return channel
+
+    def move_delivery_times_back(self, seconds: float) -> None:
+        """Every delivery time in kombu's unacked_index, ``seconds`` earlier: one atomic script."""
+        self._move_back(keys=[UNACKED_INDEX], args=[seconds])
+
+    def publish(self, key: str) -> None:
+        """The task message for ``key``, published by celery itself (acks_late, the key's own queue)."""
+        self.app.tasks[TASK_NAME].apply_async(args=[key], queue=key, producer=self.producer)
+
+    def _close_channels(self) -> None:
+        # A closed channel would restore what it holds unacked (restore_at_shutdown):
+        # a world's workers are dropped, not shut down, and their messages die with the database.
+        for channel in self._channels:
+            channel.do_restore = False
+            channel.close()
+        self._channels = []
+
+    def empty(self) -> None:
+        self._close_channels()
+        self.client.flushdb()
+
+    def versions(self) -> dict[str, str]:
+        return {"celery": version("celery"), "kombu": version("kombu"), "redis-py": version("redis"),
+                "redis": self.client.info("server")["redis_version"]}
+
+    def close(self) -> None:
+        try:
+            self._close_channels()
+            for connection in self._connections.values():
+                connection.release()
+        finally:
+            if self.client is not None:
+                self.client.close()
+
+
+class CeleryStorage(ModelStorage):
+    """World factories on celery and Redis: each world starts on an emptied Redis database.
+
+    The destination is fence's in-memory one (``ModelStorage('memory:')``): the
+    task's ticket is a write there. Like ``ModelStorage``, one world at a time
+    lives on it.
+    """
+
+    def __init__(self, url: str, *, guarded: bool) -> None:
+        if not url.startswith(("redis://", "unix://")):
+            raise BackendError(f"{url!r}: celery's Redis transport needs a redis:// URL")
+        super().__init__("memory:")
+        self.guarded = guarded
+        # Guarded, kombu's own restore must never beat the recovery (see recover_expired);
+        # as shipped, the janitor's channel gets the visibility timeout of the runs' lease.
+        self.session = Session(url, visibility_timeout=NEVER_WITHIN_A_RUN if guarded else 3600)
+
+    def __reduce__(self):
+        raise TypeError("a celery target's storage lives in the process that opened it")
+
+    def _fresh(self) -> None:
+        if not self._half_given:
+            self.session.empty()
+        super()._fresh()
+
+    def ledger_factory(self, capacity: int) -> CeleryLedger:
+        self._fresh()
+        return CeleryLedger(self.session, capacity, guarded=self.guarded)
+
+    def versions(self) -> dict[str, str]:
+        return self.session.versions()
+
+    def close(self) -> None:
+        try:
+            self.session.close()
+        finally:
+            super().close()
+
+
+__all__ = [
+    "NEVER_WITHIN_A_RUN", "TICK_SECONDS", "UNACKED", "UNACKED_INDEX", "CeleryLedger", "CeleryStorage",
+    "attempt_id", "make_app", "recover_expired", "tags_past", "task_key", "unacked_message", "visible_after",
+]
