@@ -82,9 +82,13 @@ def cmd_targets(args) -> int:
             url = urls[target.server]
             print(f"[{index}/{len(rows)}] {target.row}: the machines on the real system...", end="", file=sys.stderr,
                   flush=True)
-            report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps))
-            replays = _replay_findings(target, url, report)
-            versions = _versions(target, url)
+            try:
+                report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps))
+                replays = _replay_findings(target, url, report)
+                versions = _versions(target, url)
+            except BaseException:
+                print(file=sys.stderr, flush=True)  # the one-line refusal (or Ctrl-C's line) starts a line of its own
+                raise
             found.append((report, replays, versions))
             print(f" {report.report.seconds:.1f}s", file=sys.stderr, flush=True)
     seconds = time.perf_counter() - started

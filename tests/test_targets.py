@@ -232,8 +232,8 @@ def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrasti
     """fence targets with a PostgreSQL URL nobody listens on says so in one line and exits 2."""
     result = subprocess.run([*FENCE, "targets", "--profile", "quick", "--postgres", "postgresql://fence@127.0.0.1:1/fence"],
                             capture_output=True, text=True, timeout=120)
-    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith("PostgreSQL:")]
-    assert result.returncode == 2 and len(lines) == 1 and "cannot reach PostgreSQL" in lines[-1], result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith(("PostgreSQL:", "["))]  # not progress
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("fence: ") and "cannot reach PostgreSQL" in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
 
 
