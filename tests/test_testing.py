@@ -140,6 +140,16 @@ def test_bad_settings_are_one_line_refusals():
     assert Guards().describe() == "none"
 
 
+@pytest.mark.postgres
+def test_check_target_judges_a_real_queue_and_keeps_its_lockstep_findings(postgres_url, tmp_path):
+    shipped = check_target("procrastinate", postgres_url, profile="quick", out=tmp_path)
+    shipped.assert_violated("no_duplicate_writes")
+    assert shipped.lockstep_findings, "a stale finish_job completing the retry's row is a finding"
+    assert shipped.replay_file("no_duplicate_writes").is_file()
+    with pytest.raises(AssertionError, match="expected not-found: no_duplicate_writes is violated"):
+        shipped.assert_not_found()
+
+
 # -- the pytest plugin, in a pytest of its own ----------------------------------------------
 USER_TESTS = '''
 def test_naive_is_proved(fence_check):
