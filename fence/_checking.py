@@ -102,8 +102,9 @@ def check_policies(
     the runs are derandomised, so the same code gets the same verdicts.
     ``destination`` and ``ledger`` are factories (None: fence's own).
     ``shortest`` asks the explorer for each violated cell's shortest
-    counterexample. The explorer copies worlds in memory, so pass
-    ``explore=False`` for a ledger on a server.
+    counterexample. On a ledger on a server the explorer restores the
+    server for every copy it takes up (``fence._restore``): it runs, slower;
+    pass ``explore=False`` to leave it out.
     """
     examples, steps, shrink = PROFILES[profile]
     options = {

@@ -113,8 +113,8 @@ class Checked:
         """Each invariant (default: all seven) proved, or not violated in a search that reached every danger.
 
         Weaker than ``assert_proved``: "not found in N examples" is not a proof.
-        It is the most a ledger on a server (a target) can get, since the
-        explorer copies worlds in memory.
+        It is the most a ledger the explorer cannot copy can get (a ledger on a
+        server can be copied if it is restorable: ``fence._restore``).
         """
         return self._assert_safe(invariants, "not-found")
 
