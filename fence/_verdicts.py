@@ -503,8 +503,9 @@ def compare(
 ) -> list[Difference]:
     """The cells that differ from the expected matrix.
 
-    With ``hypothesis_only`` (a run on a backend, where the explorer cannot
-    go), an expected "proved" is met by "not-found": the most a search can say.
+    With ``hypothesis_only`` (a run where only Hypothesis searched, as ``judge``
+    on a backend by default), an expected "proved" is met by "not-found": the
+    most a search can say.
     """
     differences = []
     for report in reports:
