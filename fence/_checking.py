@@ -102,8 +102,9 @@ def check_policies(
     the runs are derandomised, so the same code gets the same verdicts.
     ``destination`` and ``ledger`` are factories (None: fence's own).
     ``shortest`` asks the explorer for each violated cell's shortest
-    counterexample. The explorer copies worlds in memory, so pass
-    ``explore=False`` for a ledger on a server.
+    counterexample. On a ledger on a server the explorer restores the
+    server for every copy it takes up (``fence._restore``): it runs, slower;
+    pass ``explore=False`` to leave it out.
     """
     examples, steps, shrink = PROFILES[profile]
     options = {
@@ -221,7 +222,7 @@ def report_text(reports: Sequence[PolicyReport], written_to: Path | None = None)
     return "\n".join(parts)
 
 
-def table(reports: list[PolicyReport]) -> str:
+def table(reports: list[PolicyReport], bound: ModelConfig = EXPLORER_BOUND) -> str:
     width = max(len("policy"), *(len(r.policy.name) for r in reports))
     header = "policy".ljust(width) + "  " + "  ".join(f"{inv.number}".ljust(12) for inv in INVARIANTS)
     lines = [header]
@@ -241,7 +242,7 @@ def table(reports: list[PolicyReport]) -> str:
         "--no-shortest, the explorer's shortest: each counterexample below says which)"
     )
     lines.append(
-        f"  proved: the explorer exhausted {EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, "
+        f"  proved: the explorer exhausted {bound.describe()}, horizon {bound.horizon}, "
         "reaching every danger, and Hypothesis found nothing at its configurations"
     )
     lines.append(

@@ -64,7 +64,7 @@ def _configs(args) -> tuple[ModelConfig, ...]:
 def _wants_shortest(args) -> bool:
     """``verdicts`` asks the explorer for shortest counterexamples unless told not to.
 
-    The explorer runs in memory only, so on a backend the default is off; ``check``
+    The explorer's shortest search runs in memory only, so on a backend the default is off; ``check``
     has no such option and runs a user's destination, which the explorer may
     not be able to copy.
     """
@@ -75,10 +75,10 @@ def _wants_shortest(args) -> bool:
 
 
 def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
-    """Both engines, as the command line asked (the explorer only in memory: not on a --backend)."""
+    """Both engines, as the command line asked (on a --backend too: its SQL ledger and destination restore)."""
     return check_policies(
         policies, profile=args.profile, seed=args.seed, configs=_configs(args), destination=destination,
-        ledger=ledger, explore=not getattr(args, "backend", None), shortest=_wants_shortest(args),
+        ledger=ledger, explore=True, shortest=_wants_shortest(args),
         workers=args.workers, progress=sys.stderr,
     )
 
@@ -169,7 +169,7 @@ def cmd_verdicts(args) -> int:
     else:
         out = _output.directory(args, "verdicts", _output.EVIDENCE / "counterexamples")
         reports = _run(policies, args)
-    differences = compare(reports, expected, hypothesis_only=bool(args.backend))
+    differences = compare(reports, expected)
     printed = _report(reports, args, differences, out)
     lines = [
         f"DIFFERS: {d.policy} / {d.invariant}: expected {d.expected.value if d.expected else 'no expectation'}, "

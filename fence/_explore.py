@@ -421,13 +421,16 @@ def explore(
     stop_when_all_violated: bool = False,
     ledger_factory: Callable[[int], Ledger] | None = None,
     progress: Callable[[Exploration], None] | None = None,
+    faithfulness: tuple[int, int] | None = None,
 ) -> Exploration:
     """Breadth-first over every enabled action; a verdict per invariant.
 
     With a user's ledger, destination or policy the walk takes the generic path
     (deep copies, ``generic_state_key``, no symmetry) and ``FaithfulnessCheck``
     tests on the run that the plug-ins can be explored that way; if they cannot,
-    the result says so (``unfaithful``) and proves nothing.
+    the result says so (``unfaithful``) and proves nothing. ``faithfulness`` is
+    (new states, merges) it replays, when not ``FaithfulnessCheck``'s own: on a
+    real database each replay costs a fresh world and many restores.
     """
     started = time.perf_counter()
     result = Exploration(policy, config, max_depth, symmetry)
@@ -437,6 +440,7 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
+    check_budget = faithfulness
     root = World(policy, config, destination_factory, ledger_factory)
     parents: list[tuple[int, Action] | None] = [None]
     visited = {state_key(root, symmetry): 0}
@@ -444,6 +448,8 @@ def explore(
     if not root.fast_copy_is_faithful():
         symmetry = result.symmetry = False  # fence cannot rename jobs inside a plug-in's state
         faithfulness = FaithfulnessCheck(policy, config, destination_factory, ledger_factory, parents)
+        if check_budget is not None:
+            faithfulness.NEW_STATES, faithfulness.MERGES = check_budget
 
     judge_drain = _DrainJudge(teardown_invariants)
 

@@ -1,16 +1,21 @@
 """``fence targets``: real job systems under the machines, as shipped and with fence.guard.
 
 Prints a matrix like ``fence verdicts``, one row per target (``fence.targets.TARGETS``),
-each judged on the real system by the one observer and the seven invariants.
-Under it, per row: the model policy it claims, how it recovers, how time was
-moved; the shortest counterexample of each violated row, replayed once more on
-a fresh database; and where the system moved differently from its model (the
+each judged on the real system by both engines, the one observer and the seven
+invariants: the Hypothesis machines at the profile's configurations, then the
+exhaustive explorer at ``fence.targets.EXPLORER_BOUND``, combined per cell as
+``fence check`` combines them. Under it, per row: the model policy it claims,
+how it recovers, how time was moved; what the explorer did (states,
+transitions, faithfulness checks, dangers reached) and each engine's own word;
+the shortest counterexample of each violated row, replayed once more on a
+fresh database; and where the system moved differently from its model (the
 lockstep), replayed the same way.
 
-Exit status: 0 when every guarded row found nothing and reached every danger,
-and every counterexample and lockstep finding replayed on a fresh database;
-1 when a guarded row is violated, or something found did not replay; 2 for bad
-input (one line); 3 when a guarded row is undetermined (a danger never reached).
+Exit status: 0 when every guarded row is proved or not-found, having reached
+every danger, and every counterexample and lockstep finding replayed on a
+fresh database; 1 when a guarded row is violated (or the engines disagree), or
+something found did not replay; 2 for bad input (one line); 3 when a guarded
+row is undetermined (a danger never reached, a budget ran out).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from fence._world import ModelConfig, World
 
 PROFILES = {
     # name: (Hypothesis examples per configuration, steps per example, configurations)
+    # The explorer runs at fence.targets.EXPLORER_BOUND in every profile; the profile sets
+    # how many of its states and merges the FaithfulnessCheck replays (EXPLORER_FAITHFULNESS).
     "quick": (40, 30, (ModelConfig(capacity=1, jobs=1),)),
     "default": (150, 30, DEFAULT_CONFIGS),
     "thorough": (600, 40, DEFAULT_CONFIGS),
@@ -58,7 +65,7 @@ def arguments(parser) -> None:
 
 
 def cmd_targets(args) -> int:
-    from fence.targets import TARGETS, judge_target, postgres, redis
+    from fence.targets import EXPLORER_FAITHFULNESS, TARGETS, judge_target, postgres, redis
 
     # Checked before the work (fence._output): a report that cannot be written is one line now.
     written = in_evidence(EVIDENCE) if args.record else args.report
@@ -80,10 +87,12 @@ def cmd_targets(args) -> int:
                 urls[target.server], ours = stack.enter_context(start(given))
                 print(f"{name}: {private if ours else urls[target.server]}", file=sys.stderr)
             url = urls[target.server]
-            print(f"[{index}/{len(rows)}] {target.row}: the machines on the real system...", end="", file=sys.stderr,
+            engines = "the machines, then the explorer," if target.explorable else "the machines"
+            print(f"[{index}/{len(rows)}] {target.row}: {engines} on the real system...", end="", file=sys.stderr,
                   flush=True)
             try:
-                report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps))
+                report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps),
+                                      faithfulness=EXPLORER_FAITHFULNESS[args.profile])
                 replays = _replay_findings(target, url, report)
                 versions = _versions(target, url)
             except BaseException:
@@ -147,20 +156,28 @@ def _config_of(found, difference) -> ModelConfig:
 def _render(found, args, examples: int, configs, seconds: float) -> str:
     from fence._checking import table
 
+    from fence.targets import EXPLORER_BOUND
+
     reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
     versions = {name: value for _, _, v in found for name, value in v.items()}
-    lines = [table(reports), ""]
+    lines = [table(reports, bound=EXPLORER_BOUND), ""]
     lines.append(
         f"Profile {args.profile}: {examples} Hypothesis examples per configuration "
-        f"({'; '.join(c.describe() for c in configs)}), derandomised; {seconds:.0f} s. "
+        f"({'; '.join(c.describe() for c in configs)}), derandomised; then the explorer at "
+        f"{EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, on the same database; {seconds:.0f} s. "
         + ", ".join(f"{name} {value}" for name, value in versions.items())
     )
-    lines.append("Only Hypothesis runs on a real system (the explorer copies worlds in memory): "
-                 "'not-found' is the most a target's cell can say.")
     for report, replays, _ in found:
         target = report.target
         lines += ["", f"== {target.row}: claims the model policy '{target.policy.name}'",
                   f"   recovery: {target.recovery}", f"   time: {target.time}"]
+        explored = report.report.exploration
+        if explored is not None:
+            lines.append(f"   explorer: {_explorer_line(explored)}")
+            hypothesis = report.report.hypothesis_verdicts
+            lines.append("   Hypothesis alone: " + " ".join(hypothesis[inv.name].value for inv in INVARIANTS)
+                         + "; the explorer alone: " + " ".join(explored.results[inv.name].outcome.value
+                                                                for inv in INVARIANTS))
         reached = {}
         for counts in report.report.reached.values():
             for name, n in counts.items():
@@ -192,6 +209,23 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _explorer_line(found) -> str:
+    """What the explorer did on the real system, with its warrant (fence._explore.report_text's words)."""
+    from fence._explore import describe_bounds
+
+    if found.exhausted:
+        scope = "exhausted"
+    elif found.unfaithful:
+        scope = f"STOPPED, the plug-ins cannot be explored faithfully: {found.unfaithful}"
+    else:
+        scope = f"NOT exhausted ({found.stopped_by or 'a depth bound'})"
+    dangers = ", ".join(f"{d.name} {found.reached[d.name]}" for d in required_dangers(found.policy))
+    return (f"{found.outcome().value} within {describe_bounds(found)}: {found.states} states, "
+            f"{found.transitions} transitions, {found.seconds:.0f} s, {scope}; "
+            f"{found.faithfulness_checks} faithfulness checks{'' if found.unfaithful else ' passed'}; "
+            f"dangers reached: {dangers}")
+
+
 def _status(found) -> int:
     status = 0
     for report, replays, _ in found:
@@ -199,8 +233,8 @@ def _status(found) -> int:
             status = 1
         if report.target.row.endswith("+guard"):
             verdicts = {cell.verdict for cell in report.report.cells.values()}
-            if Verdict.VIOLATED in verdicts or Verdict.ERROR in verdicts or report.lockstep_findings:
+            if verdicts & {Verdict.VIOLATED, Verdict.ERROR, Verdict.DISAGREE} or report.lockstep_findings:
                 status = 1
-            elif verdicts != {Verdict.NOT_FOUND} and status == 0:
+            elif not verdicts <= {Verdict.PROVED, Verdict.NOT_FOUND} and status == 0:
                 status = 3
     return status

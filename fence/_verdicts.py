@@ -205,7 +205,8 @@ def survey_config(
     """One Hypothesis run of every invariant on one configuration, each violation minimised.
 
     ``ledger_factory`` (with a matching ``destination_factory``) puts every world
-    on a real backend (fence.backends.ModelStorage); the explorer stays in memory.
+    on a real backend (fence.backends.ModelStorage); the explorer's shortest
+    search (``explorer_shortest``) stays in memory.
     """
     problem = config.problem()
     if problem:
@@ -346,9 +347,11 @@ def judge(
     """Both engines on one policy, one after the other, in this process.
 
     Hypothesis at every configuration, then the explorer at ``EXPLORER_BOUND``
-    (``with_explorer``). The explorer copies worlds in memory, so on a backend
-    (a ``ledger_factory`` from fence.backends) only Hypothesis runs unless
-    ``explore`` says otherwise.
+    (``with_explorer``). With a ``ledger_factory`` the explorer runs only if
+    ``explore`` says so: it copies worlds, so every copy of a world on a server
+    is restored before each call (fence.backends' SQL plug-ins and the targets'
+    ledgers are restorable, ``fence._restore``), which costs far more than in
+    memory.
     """
     report = combine(policy, [survey_config(policy, config, **options) for config in configs])
     if explore is None:
@@ -500,8 +503,9 @@ def compare(
 ) -> list[Difference]:
     """The cells that differ from the expected matrix.
 
-    With ``hypothesis_only`` (a run on a backend, where the explorer cannot
-    go), an expected "proved" is met by "not-found": the most a search can say.
+    With ``hypothesis_only`` (a run where only Hypothesis searched, as ``judge``
+    on a backend by default), an expected "proved" is met by "not-found": the
+    most a search can say.
     """
     differences = []
     for report in reports:

@@ -113,8 +113,8 @@ class Checked:
         """Each invariant (default: all seven) proved, or not violated in a search that reached every danger.
 
         Weaker than ``assert_proved``: "not found in N examples" is not a proof.
-        It is the most a ledger on a server (a target) can get, since the
-        explorer copies worlds in memory.
+        It is the most a ledger the explorer cannot copy can get (a ledger on a
+        server can be copied if it is restorable: ``fence._restore``).
         """
         return self._assert_safe(invariants, "not-found")
 
@@ -258,17 +258,21 @@ def check(
     return Checked(reports[0], directory, written, not_replayable_because=" and ".join(unimportable))
 
 
-def check_target(row, url: str, *, profile: str = "quick", out: str | Path | None = None) -> Checked:
-    """The machines on a real job system (a ``fence.targets`` row, by name or as a ``Target``) at ``url``.
+def check_target(
+    row, url: str, *, profile: str = "quick", explore: bool = True, out: str | Path | None = None,
+) -> Checked:
+    """Both engines on a real job system (a ``fence.targets`` row, by name or as a ``Target``) at ``url``.
 
-    The target's ledger is the system's own job table on its server, so only
-    Hypothesis runs: assert ``assert_not_found`` of a guarded row, and
-    ``assert_violated`` of one as shipped. ``lockstep_findings`` lists where
-    the system moved differently from the model policy it claims.
+    The machines at the profile's configurations, then, for a target whose
+    storage can be restored (``Target.explorable``) and unless ``explore`` is
+    False, the explorer at ``fence.targets.EXPLORER_BOUND``: a guarded row can
+    then be ``assert_proved`` within that bound; by the machines alone it is
+    ``assert_not_found`` at best. ``lockstep_findings`` lists where the system
+    moved differently from the model policy it claims.
     """
     from fence._targets_cli import PROFILES as TARGET_PROFILES
     from fence._verdicts import profile_settings
-    from fence.targets import TARGETS, judge_target
+    from fence.targets import EXPLORER_FAITHFULNESS, TARGETS, judge_target
 
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
@@ -277,7 +281,8 @@ def check_target(row, url: str, *, profile: str = "quick", out: str | Path | Non
             raise BadInput(f"unknown target {row!r}: use one of {', '.join(TARGETS)}, or pass a fence.targets.Target")
         row = TARGETS[row]
     examples, steps, configs = TARGET_PROFILES[profile]
-    found = judge_target(row, url, configs=configs, run_settings=profile_settings(examples, steps))
+    found = judge_target(row, url, configs=configs, run_settings=profile_settings(examples, steps), explore=explore,
+                         faithfulness=EXPLORER_FAITHFULNESS[profile])
     directory = _directory(out)
     written = write_counterexamples([found.report], directory)
     return Checked(found.report, directory, written, found.lockstep_findings)

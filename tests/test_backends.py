@@ -36,7 +36,7 @@ from fence._invariants import BY_NAME
 from fence._ledger import Ledger, Move, ReservationState
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
-from fence._world import ModelConfig, World
+from fence._world import Confirm, Deliver, ModelConfig, Reserve, SendCommit, Start, World
 from fence.backends import ModelStorage, open_backend
 from stateful.machines import machine_for
 
@@ -86,6 +86,60 @@ def test_pinned_counterexample_breaks_the_same_invariant_on_the_backend(path, st
 
 
 # -- the ledger's contract ----------------------------------------------------------------
+def test_copies_of_a_world_on_the_backend_take_turns_and_stay_independent(storage):
+    """A deep copy of a backend world is its tables' image: each copy's moves reach only its own state."""
+    if storage.store is None:
+        pytest.skip("memory: needs no restore")
+    policy = POLICIES["abandon-fenced"]
+    world = World(policy, ModelConfig(capacity=1, jobs=1), storage.destination_factory, storage.ledger_factory)
+    world.apply(Reserve("job1"))
+    before = (world.ledger.snapshot(), world.destination.snapshot())
+    other = world.clone(history=False)
+    for action in [Start("job1#1"), SendCommit("job1#1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
+                   Confirm("job1#1")]:
+        other.apply(action)
+    # the original, reached again, holds what it held: the database was loaded back for it
+    assert (world.ledger.snapshot(), world.destination.snapshot()) == before
+    assert world.ledger.get("job1/r1").state is ReservationState.RESERVED and world.destination.effects() == []
+    assert other.ledger.get("job1/r1").state is ReservationState.CONFIRMED
+    assert [effect.key for effect in other.destination.effects()] == ["job1"]
+    assert storage.restorers["ledger"].loads >= 2 and storage.restorers["destination"].loads >= 1
+
+
+def test_the_explorer_runs_on_sqlite_and_its_copies_are_faithful(tmp_path):
+    """The explorer's generic path on SQLite: naive violated, abandon-fenced proved with every danger, faithful copies."""
+    storage = ModelStorage(f"sqlite://{tmp_path}/fence.db")
+    try:
+        _explore_on(storage)
+    finally:
+        storage.close()
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_the_explorer_runs_on_postgres_and_its_copies_are_faithful(postgres_url):
+    """The same on PostgreSQL (each restore a round trip: about five times SQLite's time)."""
+    storage = ModelStorage(postgres_url)
+    try:
+        _explore_on(storage)
+    finally:
+        storage.close()
+
+
+def _explore_on(storage: ModelStorage) -> None:
+    from fence._explore import Outcome, explore
+
+    bound = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
+    naive = explore(POLICIES["naive"], bound, destination_factory=storage.destination_factory,
+                    ledger_factory=storage.ledger_factory, invariants=(BY_NAME["no_duplicate_writes"],),
+                    stop_when_all_violated=True, faithfulness=(10, 20))
+    assert naive.results["no_duplicate_writes"].outcome is Outcome.VIOLATED and naive.unfaithful is None
+    guarded = explore(POLICIES["abandon-fenced"], bound, destination_factory=storage.destination_factory,
+                      ledger_factory=storage.ledger_factory, faithfulness=(10, 20))
+    assert guarded.unfaithful is None and guarded.faithfulness_checks == 30 and guarded.exhausted
+    assert guarded.outcome() is Outcome.PROVED and guarded.missing_dangers() == []
+
+
 def test_refusals_raise_what_memory_raises_and_change_nothing(backend_url):
     """Full capacity, a stale owner, an illegal move and a janitor's move by an owner are refused alike, with no change."""
     backend = open_backend(backend_url, capacity=1, guards=Guards(), reset=True)

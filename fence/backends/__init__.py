@@ -33,6 +33,8 @@ from fence._destination import Guards, TicketService
 from fence._errors import BackendError
 from fence._ledger import Ledger, Move, Reservation
 from fence._world import COMPLETE_SNAPSHOTS
+from fence._restore import Restorer
+from fence.backends._restoring import RestorableSqlDestination, RestorableSqlLedger
 from fence.backends._sql import SCHEMA_VERSION, SqlDestination, SqlLedger, SqlStore
 
 __all__ = [
@@ -73,7 +75,7 @@ class MemoryLedger(Ledger):
 
 
 # The models may trust these snapshots to hold all of their state (see World.reached_fixed_point).
-COMPLETE_SNAPSHOTS.update({MemoryLedger, SqlLedger, SqlDestination})
+COMPLETE_SNAPSHOTS.update({MemoryLedger, SqlLedger, SqlDestination, RestorableSqlLedger, RestorableSqlDestination})
 
 
 @dataclass
@@ -162,6 +164,12 @@ class ModelStorage:
     world at a time may live on it (the machines, the minimiser and replay all
     build one world after another).
 
+    On SQL the ledger and destination are restorable (``fence.backends._restoring``):
+    a world's copies take turns on the one connection, each loading its own
+    image of the tables before it reaches them, so the explorer copies them
+    like any plug-in; emptying the store for a fresh world keeps the image of
+    whichever copy held it.
+
     Pickled into a worker process (``fence verdicts --backend`` judges on two),
     it becomes that process's own storage, in a namespace named for the process,
     so parallel workers never empty each other's tables.
@@ -172,22 +180,30 @@ class ModelStorage:
         self.namespace = namespace
         self.store = open_store(url, reset=True, namespace=namespace)
         self._half_given = False
+        self.restorers = {"ledger": Restorer(), "destination": Restorer()}
+        """Which copy's image fence's ledger tables, and its destination tables, hold (fence._restore)."""
 
     def __reduce__(self):
         return (_storage_of_this_process, (self.url,))
 
     def _fresh(self) -> None:
         if self.store is not None and not self._half_given:
+            for restorer in self.restorers.values():
+                restorer.release()
             self.store.reset()
         self._half_given = not self._half_given
 
     def destination_factory(self, guards: Guards):
         self._fresh()
-        return TicketService(guards) if self.store is None else SqlDestination(self.store, guards)
+        if self.store is None:
+            return TicketService(guards)
+        return RestorableSqlDestination(self.store, guards, self.restorers["destination"])
 
     def ledger_factory(self, capacity: int):
         self._fresh()
-        return Ledger(capacity) if self.store is None else SqlLedger(self.store, capacity)
+        if self.store is None:
+            return Ledger(capacity)
+        return RestorableSqlLedger(self.store, capacity, self.restorers["ledger"])
 
     def close(self) -> None:
         if self.store is not None:

@@ -25,6 +25,35 @@ jobs' heartbeats) and which
 server it needs, started through the project's own scripts
 (``fence/_scripts/postgres.sh``, ``fence/_scripts/redis.sh``).
 
+Both engines run on a target. The exhaustive explorer copies worlds, and a
+ledger in a database cannot be copied, but it can be restored
+(``fence._restore``). A target's ledger class implements two methods and
+inherits ``fence._restore.Restorable``:
+
+``dump() -> image``
+    everything the ledger keeps on the server, as one immutable in-memory value
+    (the target's rows, the sequences or counters that decide the next ids,
+    time kept as whole ticks before the server's clock, never as instants);
+``load(image)``
+    make the server hold exactly that image, whatever it held before.
+
+It marks each call that reaches the server (``Restorer.claim`` before a read;
+``claim`` and ``changing`` before a write, as ``ProcrastinateLedger._run``
+does, or the ``reads``/``writes`` decorators), names its connection in
+``SHARED``, and calls ``self._restoring(restorer)`` at the end of its
+constructor, with one ``Restorer`` per connection made by the storage, whose
+fresh-world factory calls ``restorer.release()`` before it empties the
+server. Its ``snapshot()`` must then hold everything that decides its next
+answers, canonicalised only where equal states differ (ids that depend on the
+path taken, an instant): the explorer merges states by it, and its
+``FaithfulnessCheck`` replays paths on an emptied server to catch a snapshot
+that drops too much or an image that forgets something. fence's destination
+beside the target is restorable already (``fence.backends._restoring``, on
+the storage's ``ModelStorage``). pgqueuer implements the two methods on its
+tables exactly as procrastinate does; celery with Redis dumps its keys
+(``DUMP``/``RESTORE`` or the values read back, with TTLs as ticks) and loads
+them after a ``FLUSHDB`` of its own database number.
+
 A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
 targets`` prints them. Importing this package does not import any job system:
 each target's module is imported when its storage is opened, so a missing
@@ -44,7 +73,7 @@ from hypothesis import settings
 from fence._errors import BadInput
 from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
 from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config
+from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
 
@@ -70,6 +99,9 @@ class Target:
     """Keyword arguments for the storage."""
     extra: str = ""
     """The pip extra that installs the system (``pip install 'fence[EXTRA]'``)."""
+    explorable: bool = False
+    """Its ledger and destination are restorable (``fence._restore``: ``dump``/``load``), so the
+    explorer can walk it too; until then only the machines judge it, and its cells say so."""
 
     def open(self, url: str):
         """This target's storage on the server at ``url``: every world made from it starts empty."""
@@ -97,6 +129,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": False},
             extra="procrastinate",
+            explorable=True,
         ),
         Target(
             row="procrastinate+guard",
@@ -110,6 +143,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": True},
             extra="procrastinate",
+            explorable=True,
         ),
         Target(
             row="pgqueuer",
@@ -166,6 +200,17 @@ TARGETS: dict[str, Target] = {
 }
 
 
+EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
+"""The bound the explorer exhausts on a target: 1 unit x 1 job x 2 attempts, lease 2, horizon 2,
+2 janitors. The smallest at which the model reaches every danger the guarded policy must face
+(a retry and a revised retry need two attempts; a commit after expiry needs the clock to reach
+the lease), at the lease the machines use. About 1,200 states and 5,000 transitions on
+procrastinate, each a few calls on the real database."""
+EXPLORER_FAITHFULNESS = {"quick": (20, 40), "default": (60, 120), "thorough": (200, 400)}
+"""Per profile: (new states, merges) the FaithfulnessCheck replays from scratch on an emptied
+database (``fence._explore.explore``'s ``faithfulness``); each replay costs dozens of restores."""
+
+
 @dataclass
 class TargetReport:
     """A target's verdicts (the one observer, the seven invariants) and its lockstep findings."""
@@ -193,17 +238,28 @@ def judge_target(
     configs: Iterable[ModelConfig] = DEFAULT_CONFIGS,
     run_settings: settings,
     lockstep: bool = True,
+    explore: bool = True,
+    explorer_bound: ModelConfig = EXPLORER_BOUND,
+    faithfulness: tuple[int, int] = EXPLORER_FAITHFULNESS["default"],
+    explorer_budget: float | None = None,
 ) -> TargetReport:
-    """The machines on the real system, with the model of its policy in lockstep.
+    """Both engines on the real system: the machines with the model of its policy in lockstep, then the explorer.
 
     What ``fence._verdicts.judge`` does with a ``ledger_factory`` (a surveying
     Hypothesis run per configuration, each violation minimised by replays on
     fresh databases, the row combined with its dangers), with the lockstep
-    mirror added to each run's machine.
+    mirror added to each run's machine. Then, unless ``explore`` is False or
+    the target is not ``explorable``, the exhaustive explorer walks ``explorer_bound`` on the same storage (its
+    ledger and destination are restorable, ``fence._restore``: copies take turns
+    on the database), with its ``FaithfulnessCheck`` replaying ``faithfulness``
+    (new states, merges) on emptied tables; ``with_explorer`` combines the two
+    engines' words per cell as ``fence check`` does. A budget that runs out
+    (``explorer_budget`` seconds) leaves the cells Hypothesis' word.
     """
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
     results = []
+    report = None
     try:
         for config in configs:
             recorded = found[config] = Differences()
@@ -219,9 +275,27 @@ def judge_target(
                 destination_factory=storage.destination_factory, ledger_factory=storage.ledger_factory,
                 wrap_machine=wrap if lockstep else None,
             ))
+        report = combine(target.policy, results)
+        if explore and target.explorable:
+            exploration = explore_target(target, storage, explorer_bound, faithfulness=faithfulness,
+                                         time_budget=explorer_budget)
+            report = with_explorer(report, exploration, storage.destination_factory, storage.ledger_factory)
     finally:
         storage.close()
-    return TargetReport(target, combine(target.policy, results), found)
+    return TargetReport(target, report, found)
+
+
+def explore_target(target: Target, storage, config: ModelConfig = EXPLORER_BOUND, **options):
+    """The exhaustive explorer on the real system: ``fence._explore.explore`` with the storage's factories.
+
+    The same world, policies, invariants and observer as every engine; the
+    generic path copies the target's restorable ledger and destination, keys
+    them by their ``snapshot()`` and tests both with its ``FaithfulnessCheck``.
+    """
+    from fence._explore import explore
+
+    return explore(target.policy, config, destination_factory=storage.destination_factory,
+                   ledger_factory=storage.ledger_factory, **options)
 
 
 # -- the server --------------------------------------------------------------------------

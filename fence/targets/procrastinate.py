@@ -51,7 +51,9 @@ the attempt, and that is what the lockstep reports.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
+from functools import cached_property
 
 import procrastinate
 import psycopg_pool
@@ -61,6 +63,7 @@ from procrastinate import jobs as procrastinate_jobs
 from fence._errors import BackendError, IllegalMove, StaleAttempt
 from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
 from fence._policies import Decision
+from fence._restore import Restorable, Restorer
 from fence.backends import ModelStorage
 from fence.guard import Guard
 
@@ -69,6 +72,8 @@ TICK_SECONDS = 60.0
 TASK_NAME = "fence_ticket"
 """The task whose jobs fence defers: its body is the world's worker writing the ticket."""
 TABLES = "procrastinate_jobs, procrastinate_workers, procrastinate_events, procrastinate_periodic_defers"
+IMAGE_TABLES = ("procrastinate_workers", "procrastinate_jobs", "procrastinate_events", "procrastinate_periodic_defers")
+"""What a ledger's image holds, in the order a load inserts them (a row's references first)."""
 
 S = ReservationState
 FINISHED = procrastinate_jobs.Status.SUCCEEDED.value
@@ -171,6 +176,85 @@ async def recover_stalled_jobs(app: procrastinate.App, guard: Guard, *, seconds_
     return settled
 
 
+# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+@dataclass(frozen=True)
+class Image:
+    """Everything a world keeps in procrastinate's tables, as a value: each table's rows, as JSON
+    text ordered by id, and every id sequence's state.
+
+    A worker's ``last_heartbeat`` is kept as whole ticks before the database's
+    clock at the dump (``heartbeat_ticks_ago``), and a load sets it that far
+    before the clock at the load: the model's time is in those ticks, while the
+    real seconds that pass between two calls (the half tick of the module doc)
+    are not part of any state. Events keep their timestamps as they are: only
+    ``select_stalled_jobs_by_started`` and ``delete_old_jobs`` read them, and
+    fence calls neither.
+    """
+
+    tables: tuple[str, ...]
+    """Per ``IMAGE_TABLES``: a JSON array of the rows."""
+    sequences: str
+    """A JSON array of [last_value, is_called] per ``IMAGE_TABLES``."""
+
+    @cached_property
+    def rows(self) -> dict[str, list[dict]]:
+        return {table: json.loads(text) for table, text in zip(IMAGE_TABLES, self.tables)}
+
+    @cached_property
+    def job_sequence(self) -> tuple:
+        """The job id sequence's state: it decides the next job's id, which procrastinate's refusals name."""
+        return tuple(json.loads(self.sequences)[IMAGE_TABLES.index("procrastinate_jobs")])
+
+
+def dump_query(sequences: dict[str, str]) -> str:
+    """One statement that reads a ledger's ``Image`` (the sequences' names as pg_get_serial_sequence gives them)."""
+    parts = []
+    for table in IMAGE_TABLES:
+        row = "to_jsonb(t)"
+        if table == "procrastinate_workers":
+            row = (f"(to_jsonb(t) - 'last_heartbeat') || jsonb_build_object('heartbeat_ticks_ago', "
+                   f"round(extract(epoch FROM now() - t.last_heartbeat) / {TICK_SECONDS})::int)")
+        parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY t.id), '[]') FROM {table} t)::text AS {table}")
+    sequence_states = ", ".join(
+        f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[table]})" for table in IMAGE_TABLES
+    )
+    return f"SELECT {', '.join(parts)}, jsonb_build_array({sequence_states})::text AS sequences"
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (the session checks standard_conforming_strings is on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def load_script(image: Image, sequences: dict[str, str]) -> str:
+    """One transaction, as one script, that makes procrastinate's tables hold exactly ``image``.
+
+    Rows are inserted with their ids; the triggers procrastinate fires on an
+    insert (an event, a NOTIFY nobody listens to) run, and the events they wrote
+    are replaced by the image's. Then every sequence is set as it was.
+    """
+    statements = ["BEGIN"]
+    statements += [f"DELETE FROM {table}" for table in reversed(IMAGE_TABLES)]
+    for table, text in zip(IMAGE_TABLES, image.tables):
+        rows = f"{_literal(text)}::jsonb"
+        overriding = ""
+        if table == "procrastinate_workers":
+            rows = (f"(SELECT coalesce(jsonb_agg(w || jsonb_build_object('last_heartbeat', now() - "
+                    f"make_interval(secs => (w->>'heartbeat_ticks_ago')::int * {TICK_SECONDS}))), '[]') "
+                    f"FROM jsonb_array_elements({rows}) w)")
+            overriding = " OVERRIDING SYSTEM VALUE"  # its id is GENERATED ALWAYS
+        if table == "procrastinate_events":
+            statements.append("DELETE FROM procrastinate_events")  # what the jobs' insert triggers wrote
+        statements.append(f"INSERT INTO {table}{overriding} SELECT * FROM jsonb_populate_recordset(NULL::{table}, {rows})")
+    states = json.loads(image.sequences)
+    statements.append("SELECT " + ", ".join(
+        f"setval({_literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
+        for table, (last, called) in zip(IMAGE_TABLES, states)
+    ))
+    statements.append("COMMIT")
+    return ";\n".join(statements)
+
+
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Fetch:
@@ -184,8 +268,15 @@ class _Fetch:
     deadline: float
 
 
-class ProcrastinateLedger:
-    """fence.Ledger's interface on procrastinate's job table (see the module doc)."""
+class ProcrastinateLedger(Restorable):
+    """fence.Ledger's interface on procrastinate's job table (see the module doc).
+
+    Restorable (``fence._restore``): its copies share the session, each with its
+    own ``Image`` of procrastinate's tables, loaded before it next reaches them;
+    so the explorer copies it like any plug-in.
+    """
+
+    SHARED = ("_session",)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         self.capacity = capacity
@@ -200,15 +291,26 @@ class ProcrastinateLedger:
         self._rows: dict[int, procrastinate_jobs.Job] | None = None
         self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
         """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
+        self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
+
+    # -- the image (fence._restore) ---------------------------------------------------------
+    def dump(self) -> Image:
+        return self._session.dump()
+
+    def load(self, image: Image) -> None:
+        self._session.load(image)
 
     # -- talking to procrastinate ------------------------------------------------------
     def _run(self, coroutine):
         """A call that may change procrastinate's rows: what was read before is read again."""
+        self._restorer.claim(self)
+        self._restorer.changing(self)
         self._rows = self._stalled_jobs = None
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, procrastinate_jobs.Job]:
         if self._rows is None:
+            self._restorer.claim(self)
             jobs = self._session.run(self._session.app.job_manager.list_jobs_async())
             self._rows = {job.id: job for job in jobs}
         return self._rows
@@ -228,6 +330,7 @@ class ProcrastinateLedger:
         if self._lease is None:
             return []
         if self._stalled_jobs is None:
+            self._restorer.claim(self)
             self._stalled_jobs = list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
                 seconds_since_heartbeat=stalled_after(self._lease))))
         return self._stalled_jobs
@@ -276,7 +379,39 @@ class ProcrastinateLedger:
         ]
 
     def snapshot(self) -> tuple:
-        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+        """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
+
+        procrastinate's rows (from the image: no query) and fence's own records
+        of its fetches. Canonical: a worker is named by its rank among the
+        registered workers (its id appears in no answer; a fetch that came to
+        nothing used one up), a worker that was unregistered is "gone" (its id is
+        never given again), a heartbeat is the tick of the ledger's clock it
+        stands at (the ledger moves heartbeats back only when asked, so the same
+        state may be seen at two ledger clocks), and a job's ``scheduled_at``
+        only as set or not (fence never schedules; retry_job sets it to the
+        past). Job ids stay as they are: procrastinate's refusals name them.
+        Events are left out: no call fence makes reads them (see ``Image``).
+        """
+        image = self.image()
+        rows = image.rows
+        live = {worker["id"]: rank for rank, worker in enumerate(rows["procrastinate_workers"])}
+
+        def worker(worker_id):
+            return None if worker_id is None else live.get(worker_id, "gone")
+
+        heartbeats = tuple(self._now - w["heartbeat_ticks_ago"] for w in rows["procrastinate_workers"])
+        jobs = tuple(
+            json.dumps({**job, "worker_id": worker(job["worker_id"]), "scheduled_at": job["scheduled_at"] is not None},
+                       sort_keys=True)
+            for job in rows["procrastinate_jobs"]
+        )
+        periodic = tuple(json.dumps(row, sort_keys=True) for row in rows["procrastinate_periodic_defers"])
+        fetches = tuple(
+            (f.reservation_id, f.key, f.owner, f.job_id, worker(f.worker_id), f.deadline) for f in self._fetches.values()
+        )
+        finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
+        return (jobs, heartbeats, periodic, image.job_sequence, fetches, tuple(sorted(self._count_by_key.items())),
+                finished, self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
@@ -381,15 +516,45 @@ class Session:
             self.run(self.pool.open(wait=True))
             self.run(self.app.open_async(pool=self.pool))
             self.run(ensure_schema(self.app))
+            self.sequences = self._sequences()
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: cannot open procrastinate there ({refusal(error)})") from None
+        self.restorer = Restorer()
+        """Which ledger's image procrastinate's tables hold (fence._restore)."""
+        self._dump_query = dump_query(self.sequences)
+
+    def _sequences(self) -> dict[str, str]:
+        connector = self.app.connector
+        conforming = self.run(connector.execute_query_one_async(query="SHOW standard_conforming_strings"))
+        if conforming["standard_conforming_strings"] != "on":
+            raise BackendError("standard_conforming_strings is off; fence's restore needs it on")
+        rows = self.run(connector.execute_query_all_async(
+            query="SELECT t AS name, pg_get_serial_sequence(t, 'id') AS sequence FROM unnest(%(tables)s::text[]) t",
+            tables=list(IMAGE_TABLES),
+        ))
+        return {row["name"]: row["sequence"] for row in rows}
 
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
 
     def empty(self) -> None:
+        """Empty procrastinate's tables for a fresh world (the ledger using them keeps its image)."""
+        self.restorer.release()
         self.run(self.app.connector.execute_query_async(query=f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+
+    def dump(self) -> Image:
+        row = self.run(self.app.connector.execute_query_one_async(query=self._dump_query))
+        return Image(tuple(row[table] for table in IMAGE_TABLES), row["sequences"])
+
+    def load(self, image: Image) -> None:
+        script = load_script(image, self.sequences)
+
+        async def load() -> None:
+            async with self.pool.connection() as connection:
+                await connection.execute(script)
+
+        self.run(load())
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version

@@ -1,0 +1,168 @@
+"""The exhaustive explorer on procrastinate: the same world, copied by restoring its database.
+
+The target's ledger and fence's destination beside it are restorable
+(``fence._restore``): the explorer's generic path deep-copies them as images of
+their tables and keys them by their ``snapshot()``, and its FaithfulnessCheck
+replays paths from scratch on emptied tables to test both. Here: the shipped
+recipe is violated and the explorer's counterexample replays on a fresh
+database; the guarded recipe is proved within ``EXPLORER_BOUND`` with every
+danger reached; and a restore or a snapshot that forgets something is caught.
+
+Every test needs PostgreSQL and procrastinate (see tests/test_targets.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fence._explore import Outcome
+from fence._invariants import BY_NAME, required_dangers
+from fence._minimise import replay_actions
+from fence._verdicts import Verdict, profile_settings
+from fence.targets import EXPLORER_BOUND, TARGETS, explore_target, judge_target
+
+pytestmark = pytest.mark.postgres
+
+FAITHFULNESS = (20, 40)
+"""New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
+
+
+@pytest.fixture(scope="module")
+def procrastinate_module():
+    try:
+        import fence.targets.procrastinate as module
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the procrastinate target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"procrastinate is not installed ({error}): pip install -e '.[test]'")
+    return module
+
+
+@pytest.fixture
+def shipped(postgres_url, procrastinate_module):
+    storage = TARGETS["procrastinate"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def guarded(postgres_url, procrastinate_module):
+    storage = TARGETS["procrastinate+guard"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
+    """Breadth first on the shipped recipe: a job written twice, whose path replays on another storage's emptied tables."""
+    target = TARGETS["procrastinate"]
+    duplicate = BY_NAME["no_duplicate_writes"]
+    found = explore_target(target, shipped, invariants=(duplicate,), stop_when_all_violated=True,
+                           faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks > 0
+    result = found.results[duplicate.name]
+    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == "job1 was written 2 times"
+    # The explorer's path, on a storage of its own: procrastinate's tables emptied, the same two writes.
+    chosen = [step.action for step in result.counterexample.steps if not step.drain]
+    assert len(chosen) == result.depth
+    fresh = target.open(postgres_url)
+    try:
+        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
+                                  fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+
+
+def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
+    """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
+    found = explore_target(TARGETS["procrastinate+guard"], guarded, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
+    assert found.exhausted and found.states > 100 and found.transitions > found.states
+    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["procrastinate+guard"].policy))
+    assert found.outcome() is Outcome.PROVED
+    # The copies really took turns on the database (a walk that never restored proved nothing about restores).
+    assert guarded.session.restorer.loads > found.states and guarded.restorers["destination"].loads > 0
+
+
+# -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
+def _forget_sequences(module, monkeypatch):
+    """A load that leaves every sequence where the last user left it."""
+    real = module.load_script
+
+    def without_setval(image, sequences):
+        return ";\n".join(line for line in real(image, sequences).split(";\n") if not line.startswith("SELECT setval"))
+
+    monkeypatch.setattr(module, "load_script", without_setval)
+
+
+def _forget_heartbeats(module, monkeypatch):
+    """A load that sets every worker's heartbeat to now: time restored as an instant, not as ticks."""
+    real = module.load_script
+    monkeypatch.setattr(module, "load_script",
+                        lambda image, sequences: real(image, sequences).replace("(w->>'heartbeat_ticks_ago')::int", "0"))
+
+
+def _snapshot_without_time(module, monkeypatch):
+    """A snapshot that drops the heartbeats' ticks and the fetches' deadline column: when a lease runs out."""
+    real = module.ProcrastinateLedger.snapshot
+
+    def timeless(self):
+        jobs, _heartbeats, periodic, sequence, fetches, *rest = real(self)
+        return (jobs, periodic, sequence, tuple(fetch[:-1] for fetch in fetches), *rest)
+
+    monkeypatch.setattr(module.ProcrastinateLedger, "snapshot", timeless)
+
+
+CAUGHT = {
+    # mutation: how it is caught
+    _forget_sequences: "unfaithful",  # the next row's id is taken: procrastinate refuses what a fresh database does
+    _snapshot_without_time: "unfaithful",  # a lease reserved before a tick merged with one reserved after it
+    # every load makes the heartbeats new: a lease never runs out, the drain never settles, and that
+    # "violation" does not replay on a fresh database, so the explorer raises instead of reporting it
+    _forget_heartbeats: "does not replay",
+}
+
+
+@pytest.mark.parametrize("mutation", list(CAUGHT), ids=lambda mutation: mutation.__name__.strip("_"))
+def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, procrastinate_module, postgres_url,
+                                                                monkeypatch):
+    """Each mutation of the image or the snapshot stops the walk as unfaithful, or a false violation fails to replay."""
+    mutation(procrastinate_module, monkeypatch)
+    storage = TARGETS["procrastinate+guard"].open(postgres_url)
+    try:
+        if CAUGHT[mutation] == "does not replay":
+            with pytest.raises(AssertionError, match="does not replay"):
+                explore_target(TARGETS["procrastinate+guard"], storage, faithfulness=FAITHFULNESS, time_budget=60)
+            return
+        found = explore_target(TARGETS["procrastinate+guard"], storage, faithfulness=FAITHFULNESS, time_budget=60)
+    finally:
+        storage.close()
+    assert found.unfaithful is not None and "answer" in found.unfaithful, found.unfaithful
+    assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
+    assert found.outcome() is not Outcome.PROVED
+
+
+# -- both engines, as fence targets combines them ----------------------------------------------
+@pytest.mark.slow
+def test_judge_target_combines_both_engines_on_both_rows(postgres_url, procrastinate_module):
+    """judge_target: the shipped row violated by both engines, the guarded row proved (Hypothesis: not-found)."""
+    from fence._world import ModelConfig
+
+    one = [ModelConfig(capacity=1, jobs=1)]
+    shipped = judge_target(TARGETS["procrastinate"], postgres_url, configs=one,
+                           run_settings=profile_settings(40, 30), faithfulness=FAITHFULNESS).report
+    for name, verdict in shipped.hypothesis_verdicts.items():
+        if verdict is Verdict.VIOLATED:  # what Hypothesis found, the explorer finds within its bound
+            assert shipped.exploration.results[name].outcome is Outcome.VIOLATED, name
+    assert shipped.cells["no_duplicate_writes"].verdict is Verdict.VIOLATED
+    guarded = judge_target(TARGETS["procrastinate+guard"], postgres_url, configs=one,
+                           run_settings=profile_settings(40, 30), faithfulness=FAITHFULNESS).report
+    assert set(guarded.hypothesis_verdicts.values()) == {Verdict.NOT_FOUND}
+    assert {cell.verdict for cell in guarded.cells.values()} == {Verdict.PROVED}, {
+        name: cell.detail for name, cell in guarded.cells.items()}
