@@ -50,7 +50,8 @@ path taken, an instant): the explorer merges states by it, and its
 that drops too much or an image that forgets something. fence's destination
 beside the target is restorable already (``fence.backends._restoring``, on
 the storage's ``ModelStorage``). pgqueuer implements the two methods on its
-tables exactly as procrastinate does; celery with Redis dumps its keys
+tables as procrastinate does (the queue table, its log and statistics, their
+sequences; queue managers by rank in the snapshot); celery with Redis dumps its keys
 (``DUMP``/``RESTORE`` or the values read back, with TTLs as ticks) and loads
 them after a ``FLUSHDB`` of its own database number.
 
@@ -157,6 +158,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": False},
             extra="pgqueuer",
+            explorable=True,
         ),
         Target(
             row="pgqueuer+guard",
@@ -170,6 +172,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
+            explorable=True,
         ),
         Target(
             row="celery",
