@@ -160,7 +160,7 @@ def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, pgqueuer_module):
     """pgqueuer with fence.guard: no invariant broken, no lockstep difference, every danger reached (1 unit, 1 job)."""
     found = judge_target(TARGETS["pgqueuer+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30))
+                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False)
     report = found.report
     assert {name: cell.verdict for name, cell in report.cells.items()} == {
         name: Verdict.NOT_FOUND for name in report.cells
@@ -174,7 +174,7 @@ def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgre
 @pytest.mark.postgres
 def test_the_guarded_row_holds_at_both_configurations(postgres_url, pgqueuer_module):
     """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each: nothing found, every danger reached."""
-    found = judge_target(TARGETS["pgqueuer+guard"], postgres_url, run_settings=profile_settings(150, 30))
+    found = judge_target(TARGETS["pgqueuer+guard"], postgres_url, run_settings=profile_settings(150, 30), explore=False)
     assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
     assert found.lockstep_findings == []
 

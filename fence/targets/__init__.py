@@ -50,9 +50,12 @@ path taken, an instant): the explorer merges states by it, and its
 that drops too much or an image that forgets something. fence's destination
 beside the target is restorable already (``fence.backends._restoring``, on
 the storage's ``ModelStorage``). pgqueuer implements the two methods on its
-tables exactly as procrastinate does; celery with Redis dumps its keys
-(``DUMP``/``RESTORE`` or the values read back, with TTLs as ticks) and loads
-them after a ``FLUSHDB`` of its own database number.
+tables as procrastinate does (the queue table, its log and statistics, their
+sequences; queue managers by rank in the snapshot); celery with Redis reads
+every key's values back (delivery times as ticks; no key it drives has an
+expiry) and loads them after a ``FLUSHDB`` of its own database number, its
+destination being fence's in-memory one, copied as any plug-in. Every row is
+explorable.
 
 A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
 targets`` prints them. Importing this package does not import any job system:
@@ -157,6 +160,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": False},
             extra="pgqueuer",
+            explorable=True,
         ),
         Target(
             row="pgqueuer+guard",
@@ -170,6 +174,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
+            explorable=True,
         ),
         Target(
             row="celery",
@@ -182,6 +187,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": False},
             extra="celery",
+            explorable=True,
         ),
         Target(
             row="celery+guard",
@@ -195,6 +201,7 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": True},
             extra="celery",
+            explorable=True,
         ),
     )
 }

@@ -17,8 +17,8 @@ real Redis server:
   the delivery in ``unacked`` and ``unacked_index``). The message is published
   first, when the queue has none, by a real celery ``App``: the task
   ``fence_ticket`` with ``acks_late=True``, ``apply_async(args=[key],
-  queue=key)`` (one queue per key). Each reservation is one channel of its own
-  (a worker), so that each has its own ack state;
+  queue=key)`` (one queue per key). Each reservation is taken on a channel of
+  its own (a worker), so that each has its own ack state (``Session.worker``);
 * a **confirm** is the worker's ack after the body ran: ``Message.ack()``
   (``basic_ack``, which ``QoS.ack`` turns into ZREM and HDEL of the tag);
 * a lease has **expired** when the query ``restore_visible`` makes (``ZRANGE
@@ -76,7 +76,11 @@ never reads them.
 
 Time moves without sleeping: a model tick is ``TICK_SECONDS`` of Redis time,
 and moving the clock on moves every delivery time in ``unacked_index`` back by
-that much (ZINCRBY): the only writes fence makes to kombu's keys itself. A lease
+that much (ZINCRBY): the only writes fence makes to kombu's keys itself, with
+the FLUSHDB that empties the database for each world and the explorer's
+restores (the ledger is restorable, ``fence._restore``: its ``Image`` is every
+key, delivery times as ticks; its ``snapshot()`` names delivery tags and task
+ids by rank). A lease
 of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``: the
 half tick absorbs the milliseconds of real time between two calls, so a
 message becomes visible from the tick its lease runs out, never a tick early
@@ -88,6 +92,9 @@ SQL versions by tests/test_backends.py): the system under test is the queue.
 
 from __future__ import annotations
 
+import copy
+import json
+import re
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -102,6 +109,7 @@ from kombu.transport.redis import Mutex, MutexHeld
 from fence._errors import BackendError, IllegalMove, StaleAttempt
 from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
 from fence._policies import Decision
+from fence._restore import Restorable, Restorer
 from fence.backends import ModelStorage
 from fence.guard import Guard
 
@@ -115,6 +123,8 @@ NEVER_WITHIN_A_RUN = 10_000 * TICK_SECONDS
 UNACKED = kombu_redis.Channel.unacked_key
 UNACKED_INDEX = kombu_redis.Channel.unacked_index_key
 """kombu's keys for unacked messages (tag -> message) and their delivery times (tag -> seconds)."""
+BINDINGS = b"_kombu.binding"
+"""The prefix of kombu's binding keys (``_kombu.binding.<exchange>``, ``_kombu.binding_permanent.<exchange>``)."""
 
 MOVE_BACK = """
 for _, tag in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
@@ -224,6 +234,108 @@ def recover_expired(
     return settled
 
 
+# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+@dataclass(frozen=True)
+class Image:
+    """Everything a world keeps in its Redis database, as a value: every key, its type and its contents.
+
+    ``keys`` is a tuple of (key, type, contents), sorted by key: a list's items
+    in order, a hash's and a set's members sorted, a string's value, a sorted
+    set's (member, score) pairs; all as Redis returns them (bytes). The
+    delivery times in kombu's ``unacked_index`` are kept as whole ticks before
+    the clock at the dump (``ticks ago``), and a load sets them that far before
+    the clock at the load: the model's time is in those ticks, the real seconds
+    between two calls are not. Delivery tags and task ids are kept as they are
+    (kombu and celery answer with them); ``CeleryLedger.snapshot()`` names them
+    by rank. No key fence drives has an expiry (kombu's restore mutex is gone
+    again when restore_visible returns); a dump that meets one refuses.
+    """
+
+    keys: tuple[tuple[bytes, str, object], ...]
+
+
+def dump_keys(client: redis.Redis) -> Image:
+    """Every key of the client's database, read back as an ``Image`` (two pipelined round trips)."""
+    names = sorted(client.keys("*"))
+    with client.pipeline(transaction=True) as pipe:
+        for name in names:
+            pipe.type(name)
+            pipe.pttl(name)
+        described = pipe.execute()
+    types = [kind.decode() if isinstance(kind, bytes) else kind for kind in described[0::2]]
+    for name, ttl in zip(names, described[1::2]):
+        if ttl != -1:
+            raise BackendError(f"Redis key {name!r} has an expiry ({ttl} ms): fence's image keeps no expiries")
+    readers = {
+        "list": lambda pipe, name: pipe.lrange(name, 0, -1),
+        "hash": lambda pipe, name: pipe.hgetall(name),
+        "set": lambda pipe, name: pipe.smembers(name),
+        "zset": lambda pipe, name: pipe.zrange(name, 0, -1, withscores=True),
+        "string": lambda pipe, name: pipe.get(name),
+    }
+    with client.pipeline(transaction=True) as pipe:
+        for name, kind in zip(names, types):
+            if kind not in readers:
+                raise BackendError(f"Redis key {name!r} is a {kind}: fence's image keeps lists, hashes, sets, "
+                                   "sorted sets and strings")
+            readers[kind](pipe, name)
+        contents = pipe.execute()
+    now = time.time()
+    keys = []
+    for name, kind, value in zip(names, types, contents):
+        if kind == "list":
+            value = tuple(value)
+        elif kind == "hash":
+            value = tuple(sorted(value.items()))
+        elif kind == "set":
+            value = tuple(sorted(value))
+        elif kind == "zset":
+            if name.decode() == UNACKED_INDEX:
+                value = tuple((member, round((now - score) / TICK_SECONDS)) for member, score in value)
+            else:
+                value = tuple(value)
+        keys.append((name, kind, value))
+    return Image(tuple(keys))
+
+
+def load_keys(client: redis.Redis, image: Image) -> None:
+    """Make the client's database hold exactly ``image``: FLUSHDB and every key written back, in one transaction."""
+    now = time.time()
+    with client.pipeline(transaction=True) as pipe:
+        pipe.flushdb()
+        for name, kind, value in image.keys:
+            if kind == "list":
+                pipe.rpush(name, *value)
+            elif kind == "hash":
+                pipe.hset(name, mapping=dict(value))
+            elif kind == "set":
+                pipe.sadd(name, *value)
+            elif kind == "zset":
+                if name.decode() == UNACKED_INDEX:
+                    pipe.zadd(name, {member: now - ticks * TICK_SECONDS for member, ticks in value})
+                else:
+                    pipe.zadd(name, dict(value))
+            else:
+                pipe.set(name, value)
+        pipe.execute()
+
+
+_IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A delivery tag or a celery task id (uuid4 text): the identities that depend on the path taken."""
+
+
+class _Taken:
+    """A message as its worker took it; a copy is a copy of the kombu Message (its ack state) on the same channel."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: kombu.Message) -> None:
+        self.message = message
+
+    def __deepcopy__(self, memo: dict) -> _Taken:
+        return _Taken(copy.copy(self.message))
+
+
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Delivery:
@@ -237,15 +349,23 @@ class _Delivery:
     deadline: float
 
 
-class CeleryLedger:
-    """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc)."""
+class CeleryLedger(Restorable):
+    """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc).
+
+    Restorable (``fence._restore``): its copies share the session (its client
+    and kombu channels), each with its own ``Image`` of the Redis database,
+    loaded before it next reaches it, and its own copy of each taken message's
+    ack state; so the explorer copies it like any plug-in.
+    """
+
+    SHARED = ("_session",)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         self.capacity = capacity
         self.guarded = guarded
         self._session = session
         self._deliveries: dict[str, _Delivery] = {}
-        self._messages: dict[str, kombu.Message] = {}
+        self._messages: dict[str, _Taken] = {}
         """Each reservation's message as its worker channel took it (the ack goes through it)."""
         self._count_by_key: dict[str, int] = {}
         self._published: set[str] = set()
@@ -255,17 +375,31 @@ class CeleryLedger:
         """Reservations the guarded recovery took from their worker (kombu has no such state)."""
         self._now = 0.0
         self._lease: float | None = None
-        self._janitor = None
         self._unacked_tags: set[str] | None = None
         self._visible: list[str] | None = None
         """What Redis answered since the last call that may change it."""
+        self._restoring(session.restorer)  # the database as it is now: the storage emptied it
+
+    # -- the image (fence._restore) ---------------------------------------------------------
+    def dump(self) -> Image:
+        return dump_keys(self._session.client)
+
+    def load(self, image: Image) -> None:
+        load_keys(self._session.client, image)
 
     # -- talking to Redis ----------------------------------------------------------------
-    def _changed(self) -> None:
+    def _writing(self) -> None:
+        """Before a call that may change the database: it holds this copy's image, which is dumped again later."""
+        self._restorer.claim(self)
+        self._restorer.changing(self)
+        self._forget_reads()
+
+    def _forget_reads(self) -> None:
         self._unacked_tags = self._visible = None
 
     def _read(self) -> None:
         """Which tags kombu holds unacked, and which restore_visible's query lists: one round trip."""
+        self._restorer.claim(self)
         with self._session.client.pipeline(transaction=False) as pipe:
             pipe.hkeys(UNACKED)
             if self._lease is not None:
@@ -281,10 +415,7 @@ class CeleryLedger:
 
     def _janitor_channel(self):
         """The janitor's channel: restore_visible reads ``visibility_timeout`` from it (as shipped)."""
-        if self._janitor is None:
-            timeout = NEVER_WITHIN_A_RUN if self.guarded else self._timeout()
-            self._janitor = self._session.channel(visibility_timeout=timeout)
-        return self._janitor
+        return self._session.janitor(NEVER_WITHIN_A_RUN if self.guarded else self._timeout())
 
     def _timeout(self) -> float:
         """Seconds after which a delivery is past its lease: kombu's visibility_timeout, or the recovery's lease."""
@@ -300,9 +431,10 @@ class CeleryLedger:
         """Move Redis' idea of 'now' on to ``now`` (ticks): every delivery time moves back."""
         if now is None or now <= self._now:
             return
+        self._writing()
         self._session.move_delivery_times_back((now - self._now) * TICK_SECONDS)
         self._now = now
-        self._changed()
+        self._forget_reads()
 
     # -- reading ------------------------------------------------------------------------
     def _latest(self, tag: str) -> _Delivery:
@@ -351,7 +483,58 @@ class CeleryLedger:
         ]
 
     def snapshot(self) -> tuple:
-        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+        """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
+
+        The database's keys (from the image: no query) and fence's own records
+        of its deliveries. Canonical: a delivery tag or a celery task id (a
+        uuid4 per publish) is named by its rank in fence's records (the
+        deliveries in order), then by first appearance in the keys, wherever it
+        appears (a key, a hash field, inside a message's JSON), and a delivery
+        time in ``unacked_index`` by the tick of the ledger's clock it stands at.
+
+        kombu's binding keys (``_kombu.binding.*``) are in the image but not in
+        the snapshot: whether they exist depends on kombu's in-memory record of
+        what this process bound (its ``BrokerState``, shared by every world on
+        the session), not on the world, and they decide no answer here: fence
+        publishes to the anonymous exchange, which kombu routes by routing key
+        alone, when it publishes and when restore_visible puts a message back
+        (checked: a message unacked under another exchange stops the snapshot).
+        """
+        ranks: dict[bytes, int] = {}
+
+        def rank(found: re.Match) -> bytes:
+            return b"<id%d>" % ranks.setdefault(found.group(0), len(ranks))
+
+        def canonical(value):
+            if isinstance(value, bytes):
+                return _IDENTITY.sub(rank, value)
+            if isinstance(value, str):
+                return canonical(value.encode()).decode()
+            if isinstance(value, tuple):
+                return tuple(canonical(part) for part in value)
+            return value
+
+        deliveries = tuple(
+            (d.reservation_id, d.key, d.owner, canonical(d.tag), canonical(d.task_id), d.deadline,
+             self._messages[d.reservation_id].message._state)
+            for d in self._deliveries.values()
+        )
+        keys = []
+        for name, kind, value in self.image().keys:
+            if name.startswith(BINDINGS):
+                continue
+            if kind == "hash" and name.decode() == UNACKED:
+                routed = {json.loads(entry)[1] for _, entry in value}
+                if routed - {""}:
+                    raise BackendError(f"a message in kombu's unacked was published to exchange(s) {sorted(routed)}: "
+                                       "the snapshot leaves out the bindings, which only the anonymous exchange ignores")
+            if kind == "zset" and name.decode() == UNACKED_INDEX:
+                value = tuple((member, self._now - ticks) for member, ticks in value)
+            value = canonical(value)
+            keys.append((canonical(name), kind, tuple(sorted(value)) if kind in ("hash", "set", "zset") else value))
+        acked = tuple(sorted((canonical(tag), rid, move.value) for tag, (rid, move) in self._acked.items()))
+        return (deliveries, tuple(sorted(keys)), acked, tuple(sorted(self._held)), tuple(sorted(self._published)),
+                tuple(sorted(self._count_by_key.items())), self._lease)
 
     def delivery_of(self, reservation_id: str) -> tuple[str, str]:
         """The delivery tag and celery task id of the message a reservation took."""
@@ -360,7 +543,7 @@ class CeleryLedger:
 
     def read_again(self) -> None:
         """Forget what Redis answered: someone else (a test's own restore_visible) moved kombu's keys."""
-        self._changed()
+        self._forget_reads()
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
@@ -368,31 +551,33 @@ class CeleryLedger:
             raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
         self._move_time(now)
         self._lease = lease
-        worker = self._session.channel()
+        count = self._count_by_key.get(key, 0) + 1
+        worker = self._session.worker(f"{key}/r{count}")
+        self._writing()
         message = worker.basic_get(key, no_ack=False)
         if message is None and (self.guarded or key not in self._published):
             self._session.publish(key)
             self._published.add(key)
             message = worker.basic_get(key, no_ack=False)
-        self._changed()
+        self._forget_reads()
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: kombu's basic_get found no message in queue {key!r}")
-        count = self._count_by_key.get(key, 0) + 1
         self._count_by_key[key] = count
         delivery = _Delivery(f"{key}/r{count}", key, owner, message.delivery_tag, message.headers["id"],
                              (now or 0) + lease)
         self._deliveries[delivery.reservation_id] = delivery
-        self._messages[delivery.reservation_id] = message
+        self._messages[delivery.reservation_id] = _Taken(message)
         return self._reservation(delivery)
 
     def _removing(self, tag: str, move: Move, call: Callable[[], None], what: str) -> None:
         """Make kombu's ``call`` on ``tag``; IllegalMove if it removed nothing (kombu says nothing either way)."""
         was_unacked = tag in self._unacked()
+        self._writing()
         call()
-        self._changed()
+        self._forget_reads()
         if not was_unacked:
             raise IllegalMove(
-                f"kombu's {what} removed nothing: no delivery of tag {tag} was unacked any more "
+                f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
                 "(restored, rejected or acked before), and kombu accepts the call without a word"
             )
         self._acked[tag] = (self._latest(tag).reservation_id, move)
@@ -405,7 +590,7 @@ class CeleryLedger:
         if not mine:
             raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it never took a message for that key")
         delivery = mine[-1]
-        self._removing(delivery.tag, move, self._messages[delivery.reservation_id].ack, f"ack of {delivery.reservation_id}")
+        self._removing(delivery.tag, move, self._messages[delivery.reservation_id].message.ack, f"ack of {delivery.reservation_id}")
         return self._reservation(self._latest(delivery.tag))
 
     def confirm(self, key: str, owner: str) -> Reservation:
@@ -422,8 +607,8 @@ class CeleryLedger:
             visible = self._past_lease()
             if delivery.tag not in visible or self._latest(delivery.tag) is not delivery or reservation_id in self._held:
                 raise IllegalMove(
-                    f"{move.value} on {reservation_id}: restore_visible's query does not list its tag "
-                    f"{delivery.tag} as unacked for {self._timeout():.0f} s under it"
+                    f"{move.value} on {reservation_id}: restore_visible's query does not list its delivery tag "
+                    f"as unacked for {self._timeout():.0f} s under it"
                 )
             if move is Move.EXPIRE_AND_HOLD:
                 if not self.guarded:
@@ -434,10 +619,10 @@ class CeleryLedger:
                     raise IllegalMove("the guarded recovery holds an expired delivery; it never restores one")
                 self._restore_visible(delivery.tag, visible.index(delivery.tag))
         elif move is Move.SETTLE_EXISTING and self.guarded:
-            self._removing(delivery.tag, move, lambda: janitor.basic_ack(delivery.tag), f"basic_ack({delivery.tag})")
+            self._removing(delivery.tag, move, lambda: janitor.basic_ack(delivery.tag), f"basic_ack of {reservation_id}'s tag")
         elif move is Move.SETTLE_UNUSED and self.guarded:
             self._removing(delivery.tag, move, lambda: janitor.basic_reject(delivery.tag, requeue=False),
-                           f"basic_reject({delivery.tag}, requeue=False)")
+                           f"basic_reject(requeue=False) of {reservation_id}'s tag")
         else:
             raise IllegalMove(f"{move.value} is not a move of this target's janitor ({'guarded' if self.guarded else 'as shipped'})")
         return self._reservation(self._latest(delivery.tag))
@@ -445,8 +630,9 @@ class CeleryLedger:
     def _restore_visible(self, tag: str, place: int) -> None:
         """kombu's restore_visible, paged to the one message at ``place`` in its own order."""
         before = set(self._unacked())
+        self._writing()
         self._janitor_channel().qos.restore_visible(start=place, num=1, interval=1)
-        self._changed()
+        self._forget_reads()
         restored = before - self._unacked()
         if restored != {tag}:
             raise BackendError(f"restore_visible(start={place}, num=1) restored {sorted(restored)}, not [{tag}]")
@@ -466,6 +652,10 @@ class Session:
         self.client = None
         self._connections: dict[float | None, kombu.Connection] = {}
         self._channels: list = []
+        self._workers: dict[str, object] = {}
+        self._janitors: dict[float, object] = {}
+        self.restorer = Restorer()
+        """Which ledger's image the Redis database holds (fence._restore)."""
         try:
             self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
             self.client.ping()
@@ -489,8 +679,31 @@ class Session:
     def channel(self, *, visibility_timeout: float | None = None):
         """A new channel: one worker, or (with ``visibility_timeout``) the janitor."""
         channel = self._connection(visibility_timeout).channel()
+        # A closed channel would restore what it holds unacked (restore_at_shutdown):
+        # a world's workers are dropped, not shut down, and their messages die with the database.
+        channel.do_restore = False
         self._channels.append(channel)
         return channel
+
+    def worker(self, reservation_id: str):
+        """The worker channel that takes a reservation's message, one per reservation id.
+
+        Every world (and every copy of one) that makes reservation ``job1/r2``
+        takes it on the same channel: kombu's Redis transport keeps nothing on
+        a channel that decides what basic_get or basic_ack do to the database
+        (its in-memory record of delivered messages is only read at close, and
+        fence's channels never restore at close), so a channel per reservation
+        is a worker per attempt, and copies need no channels of their own.
+        """
+        if reservation_id not in self._workers:
+            self._workers[reservation_id] = self.channel()
+        return self._workers[reservation_id]
+
+    def janitor(self, visibility_timeout: float):
+        """The janitor's channel, whose restore_visible uses ``visibility_timeout`` (one per timeout)."""
+        if visibility_timeout not in self._janitors:
+            self._janitors[visibility_timeout] = self.channel(visibility_timeout=visibility_timeout)
+        return self._janitors[visibility_timeout]
 
     def move_delivery_times_back(self, seconds: float) -> None:
         """Every delivery time in kombu's unacked_index, ``seconds`` earlier: one atomic script."""
@@ -501,15 +714,16 @@ class Session:
         self.app.tasks[TASK_NAME].apply_async(args=[key], queue=key, producer=self.producer)
 
     def _close_channels(self) -> None:
-        # A closed channel would restore what it holds unacked (restore_at_shutdown):
-        # a world's workers are dropped, not shut down, and their messages die with the database.
         for channel in self._channels:
             channel.do_restore = False
             channel.close()
         self._channels = []
+        self._workers = {}
+        self._janitors = {}
 
     def empty(self) -> None:
-        self._close_channels()
+        """Empty the database for a fresh world (the ledger using it keeps its image); channels are kept."""
+        self.restorer.release()
         self.client.flushdb()
 
     def versions(self) -> dict[str, str]:

@@ -58,7 +58,11 @@ back by that much. A lease of L ticks is a ``heartbeat_timeout`` of
 ``(L - 1/2) * TICK_SECONDS``: the half tick absorbs the milliseconds of real
 time between two statements, so a job is stale from the tick its lease runs
 out, never a tick early or late. That is the only SQL of fence's own on
-pgqueuer's tables, with the ``TRUNCATE`` that empties them for each world.
+pgqueuer's tables, with the ``TRUNCATE`` that empties them for each world and
+the explorer's restores: the ledger is restorable (``fence._restore``), its
+``Image`` the queue table, its log and statistics and their id sequences
+(heartbeats as ticks), its ``snapshot()`` that image with each queue manager
+named by rank.
 
 A refusal (a dequeue that takes nothing, an enqueue pgqueuer rejects as a
 duplicate, a ``log_jobs`` that found no row) is raised as fence's
@@ -70,8 +74,10 @@ queue manager nor the attempt, and that is what the lockstep reports.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -83,6 +89,7 @@ from pgqueuer.queries import EntrypointExecutionParameter
 from fence._errors import BackendError, IllegalMove, StaleAttempt
 from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
 from fence._policies import Decision
+from fence._restore import Restorable, Restorer
 from fence.backends import ModelStorage
 from fence.guard import Guard, GuardedAttempt
 
@@ -220,6 +227,88 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
     return guard.attempt(key_of(job), attempt_id(job, pick))
 
 
+# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+TIMES_AS_TICKS = ("heartbeat", "execute_after")
+"""The queue rows' instants the dequeue compares with ``NOW()``: kept as whole ticks before the clock."""
+
+
+@dataclass(frozen=True)
+class Image:
+    """Everything a world keeps in pgqueuer's tables, as a value: the queue table, its log and its
+    statistics, each as JSON text ordered by id, and their id sequences' states.
+
+    A queue row's ``heartbeat`` and ``execute_after`` are kept as whole ticks
+    before the database's clock at the dump (``heartbeat_ticks_ago``,
+    ``execute_after_ticks_ago``), and a load sets them that far before the
+    clock at the load: the model's time is in those ticks, the real seconds
+    between two calls are not. Every other instant (a row's ``created`` and
+    ``updated``, a log entry's ``created``) is kept as it is: no call fence
+    makes compares them with the clock, and the log's order by ``created``
+    (``job_status``) is its order by id, which a load keeps.
+    """
+
+    tables: tuple[str, ...]
+    """Per table (queue, log, statistics): a JSON array of the rows."""
+    sequences: str
+    """A JSON array of [last_value, is_called] per table."""
+
+    @cached_property
+    def rows(self) -> tuple[list[dict], ...]:
+        return tuple(json.loads(text) for text in self.tables)
+
+    @cached_property
+    def job_sequence(self) -> tuple:
+        """The queue table's id sequence: it decides the next job's id, which fence's refusals name."""
+        return tuple(json.loads(self.sequences)[0])
+
+
+def dump_query(tables: tuple[str, ...], sequences: dict[str, str]) -> str:
+    """One statement that reads a ledger's ``Image`` (``tables``: queue, log, statistics, qualified)."""
+    parts = []
+    for number, table in enumerate(tables):
+        row = "to_jsonb(t)"
+        if number == 0:
+            ticks = ", ".join(
+                f"'{column}_ticks_ago', round(extract(epoch FROM now() - t.{column}) / {TICK_SECONDS})::int"
+                for column in TIMES_AS_TICKS
+            )
+            row = f"(to_jsonb(t) - {' - '.join(repr(c) for c in TIMES_AS_TICKS)}) || jsonb_build_object({ticks})"
+        parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY t.id), '[]') FROM {table} t)::text AS t{number}")
+    states = ", ".join(f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[table]})" for table in tables)
+    return f"SELECT {', '.join(parts)}, jsonb_build_array({states})::text AS sequences"
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal (the session checks standard_conforming_strings is on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def load_script(image: Image, tables: tuple[str, ...], sequences: dict[str, str]) -> str:
+    """One transaction, as one script, that makes pgqueuer's tables hold exactly ``image``.
+
+    Rows are inserted with their ids (the queue table's NOTIFY trigger fires;
+    nobody listens), the queue rows' heartbeats and execute_after set back from
+    their ticks, and every sequence set as it was.
+    """
+    statements = ["BEGIN"] + [f"DELETE FROM {table}" for table in reversed(tables)]
+    for number, (table, text) in enumerate(zip(tables, image.tables)):
+        rows = f"{_literal(text)}::jsonb"
+        if number == 0:
+            instants = ", ".join(
+                f"'{column}', now() - make_interval(secs => (j->>'{column}_ticks_ago')::int * {TICK_SECONDS})"
+                for column in TIMES_AS_TICKS
+            )
+            rows = f"(SELECT coalesce(jsonb_agg(j || jsonb_build_object({instants})), '[]') FROM jsonb_array_elements({rows}) j)"
+        statements.append(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM jsonb_populate_recordset(NULL::{table}, {rows})")
+    states = json.loads(image.sequences)
+    statements.append("SELECT " + ", ".join(
+        f"setval({_literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
+        for table, (last, called) in zip(tables, states)
+    ))
+    statements.append("COMMIT")
+    return ";\n".join(statements)
+
+
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Pick:
@@ -233,8 +322,15 @@ class _Pick:
     deadline: float
 
 
-class PgqueuerLedger:
-    """fence.Ledger's interface on pgqueuer's queue table (see the module doc)."""
+class PgqueuerLedger(Restorable):
+    """fence.Ledger's interface on pgqueuer's queue table (see the module doc).
+
+    Restorable (``fence._restore``): its copies share the session, each with its
+    own ``Image`` of pgqueuer's tables, loaded before it next reaches them; so
+    the explorer copies it like any plug-in.
+    """
+
+    SHARED = ("_session",)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         self.capacity = capacity
@@ -252,6 +348,14 @@ class PgqueuerLedger:
         self._logged: dict[int, str] | None = None
         self._stale: set[tuple[int, uuid.UUID]] | None = None
         """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
+        self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
+
+    # -- the image (fence._restore) ---------------------------------------------------------
+    def dump(self) -> Image:
+        return self._session.dump()
+
+    def load(self, image: Image) -> None:
+        self._session.load(image)
 
     # -- talking to pgqueuer -----------------------------------------------------------
     @property
@@ -260,11 +364,14 @@ class PgqueuerLedger:
 
     def _run(self, coroutine):
         """A call that may change pgqueuer's rows: what was read before is read again."""
+        self._restorer.claim(self)
+        self._restorer.changing(self)
         self._rows = self._logged = self._stale = None
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, Job]:
         if self._rows is None:
+            self._restorer.claim(self)
             rows = self._session.run(self._queries.browse_queue(limit=10_000))
             self._rows = {job.id: job for job in rows}
         return self._rows
@@ -273,6 +380,7 @@ class PgqueuerLedger:
         """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
         if self._logged is None:
             ids = sorted({p.job.id for p in self._picks.values()})
+            self._restorer.claim(self)
             self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
         return self._logged.get(job_id)
 
@@ -282,6 +390,8 @@ class PgqueuerLedger:
             return
         table = self._queries.qbe.settings.qualified.queue_table
         self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
+        self._restorer.claim(self)
+        self._restorer.changing(self)
         self._session.run(self._queries.driver.execute(
             f"UPDATE {table} SET heartbeat = heartbeat - make_interval(secs => $1), "
             "execute_after = execute_after - make_interval(secs => $1)",
@@ -294,6 +404,7 @@ class PgqueuerLedger:
         if self._lease is None:
             return set()
         if self._stale is None:
+            self._restorer.claim(self)
             stale = self._session.run(self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))
             self._stale = {(job.id, job.queue_manager_id) for job in stale}
         return self._stale
@@ -361,7 +472,50 @@ class PgqueuerLedger:
         ]
 
     def snapshot(self) -> tuple:
-        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+        """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
+
+        pgqueuer's rows (from the image: no query) and fence's own records of its
+        picks. Canonical: a queue manager (a fresh uuid4 per dequeue) is named by
+        its rank in fence's records (the picks in order, then the re-picks), a
+        heartbeat and an execute_after by the tick of the ledger's clock they
+        stand at, a row's ``created``/``updated`` and a log entry's ``created``
+        and id are left out (only the log's order decides anything, and it is
+        kept), and a traceback's timestamp too. Job ids stay as they are, with
+        the sequence that decides the next one: fence's refusals name them.
+        """
+        image = self.image()
+        queue, log, statistics = image.rows
+        ranks: dict[str, int] = {}
+
+        def manager(queue_manager) -> int | None:
+            if queue_manager is None:
+                return None
+            return ranks.setdefault(str(queue_manager), len(ranks))
+
+        def job(j: Job) -> tuple:
+            return (j.id, j.entrypoint, j.payload, json.dumps(j.headers, sort_keys=True), j.priority)
+
+        picks = tuple((p.reservation_id, p.key, p.owner, job(p.job), manager(p.queue_manager), p.deadline)
+                      for p in self._picks.values())
+        repicks = tuple((rid, job(j), manager(qm)) for rid, (j, qm) in self._repicks.items())
+        rows = tuple(
+            json.dumps({**{k: v for k, v in row.items() if k not in ("created", "updated")},
+                        "queue_manager_id": manager(row["queue_manager_id"]),
+                        **{f"{c}_ticks_ago": self._now - row[f"{c}_ticks_ago"] for c in TIMES_AS_TICKS}},
+                       sort_keys=True)
+            for row in queue
+        )
+        logged = tuple(
+            json.dumps({**{k: v for k, v in row.items() if k not in ("id", "created")},
+                        "traceback": None if row["traceback"] is None
+                        else {k: v for k, v in row["traceback"].items() if k != "timestamp"}}, sort_keys=True)
+            for row in log
+        )
+        counted = tuple(json.dumps({k: v for k, v in row.items() if k not in ("id", "created")}, sort_keys=True)
+                        for row in statistics)
+        finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
+        return (rows, logged, counted, image.job_sequence, picks, repicks, tuple(sorted(self._count_by_key.items())),
+                finished, self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
@@ -415,7 +569,7 @@ class PgqueuerLedger:
                 raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's stale re-pick here is {wanted.value}")
             if (pick.job.id, pick.queue_manager) not in self._stale_picks():
                 raise IllegalMove(f"{move.value} on {reservation_id}: stale_jobs does not list job {pick.job.id} "
-                                  f"on queue manager {pick.queue_manager}")
+                                  f"on the queue manager that picked it for {reservation_id}")
             picked = self._dequeue(pick.key)
             if picked is None or picked[0].id != pick.job.id:
                 raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's dequeue did not re-pick job {pick.job.id}"
@@ -447,17 +601,41 @@ class Session:
             self.connection = self.run(psycopg.AsyncConnection.connect(url, autocommit=True))
             self.queries = Queries.from_psycopg_connection(self.connection)
             self.run(ensure_schema(self.queries))
+            names = self.queries.qbe.settings.qualified
+            self.tables = (names.queue_table, names.queue_table_log, names.statistics_table)
+            """What a ledger's image holds, in the order a load inserts them."""
+            self.sequences = self._sequences()
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: cannot open pgqueuer there ({str(error).strip().splitlines()[0]})") from None
+        self.restorer = Restorer()
+        """Which ledger's image pgqueuer's tables hold (fence._restore)."""
+        self._dump_query = dump_query(self.tables, self.sequences)
+
+    def _sequences(self) -> dict[str, str]:
+        conforming = self.run(self.queries.driver.fetch("SHOW standard_conforming_strings"))
+        if conforming[0]["standard_conforming_strings"] != "on":
+            raise BackendError("standard_conforming_strings is off; fence's restore needs it on")
+        found = {}
+        for table in self.tables:
+            rows = self.run(self.queries.driver.fetch("SELECT pg_get_serial_sequence($1, 'id') AS sequence", table))
+            found[table] = rows[0]["sequence"]
+        return found
 
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
 
     def empty(self) -> None:
-        names = self.queries.qbe.settings.qualified
-        tables = ", ".join((names.queue_table, names.queue_table_log, names.statistics_table))
-        self.run(self.queries.driver.execute(f"TRUNCATE {tables} RESTART IDENTITY"))
+        """Empty pgqueuer's tables for a fresh world (the ledger using them keeps its image)."""
+        self.restorer.release()
+        self.run(self.queries.driver.execute(f"TRUNCATE {', '.join(self.tables)} RESTART IDENTITY"))
+
+    def dump(self) -> Image:
+        (row,) = self.run(self.queries.driver.fetch(self._dump_query))
+        return Image(tuple(row[f"t{number}"] for number in range(len(self.tables))), row["sequences"])
+
+    def load(self, image: Image) -> None:
+        self.run(self.connection.execute(load_script(image, self.tables, self.sequences)))
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version

@@ -1,0 +1,155 @@
+"""The exhaustive explorer on celery with kombu's Redis transport: the same world, copied by restoring Redis.
+
+As tests/test_targets_explorer.py does for procrastinate: celery's ledger (every
+key of its Redis database: kombu's queues, bindings, ``unacked`` and
+``unacked_index``, with fence's own records beside them) is restorable
+(``fence._restore``: a dump of every key, a load after FLUSHDB), and the
+destination is fence's in-memory one, so the explorer's generic path copies
+worlds and keys them by their ``snapshot()`` (delivery tags and task ids by
+rank), and its FaithfulnessCheck replays paths from scratch on an emptied
+database. Here: kombu's restore_visible is violated and the explorer's
+counterexample replays on a fresh database; the guarded recovery is proved
+within ``EXPLORER_BOUND`` with every danger reached (about 15 s); and a restore or a
+snapshot that forgets something is caught.
+
+Every test needs Redis and celery (see tests/test_targets_celery.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fence._explore import Outcome
+from fence._invariants import BY_NAME, required_dangers
+from fence._minimise import replay_actions
+from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
+
+pytestmark = pytest.mark.redis
+
+FAITHFULNESS = (20, 40)
+"""New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
+
+
+@pytest.fixture(scope="module")
+def celery_module():
+    try:
+        import fence.targets.celery_redis as module
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the celery target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"celery is not installed ({error}): pip install -e '.[test]'")
+    return module
+
+
+@pytest.fixture
+def shipped(redis_url, celery_module):
+    storage = TARGETS["celery"].open(redis_url)
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def guarded(redis_url, celery_module):
+    storage = TARGETS["celery+guard"].open(redis_url)
+    yield storage
+    storage.close()
+
+
+def test_the_explorer_finds_celerys_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):
+    """Breadth first on restore_visible: a job written twice, whose path replays on another storage's emptied database."""
+    target = TARGETS["celery"]
+    duplicate = BY_NAME["no_duplicate_writes"]
+    found = explore_target(target, shipped, invariants=(duplicate,), stop_when_all_violated=True,
+                           faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks > 0
+    result = found.results[duplicate.name]
+    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == "job1 was written 2 times"
+    chosen = [step.action for step in result.counterexample.steps if not step.drain]
+    assert len(chosen) == result.depth
+    fresh = target.open(redis_url)
+    try:
+        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
+                                  fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    assert shipped.session.restorer.loads > 0
+
+
+def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
+    """celery with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
+    found = explore_target(TARGETS["celery+guard"], guarded, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
+    assert found.exhausted and found.states > 100 and found.transitions > found.states
+    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["celery+guard"].policy))
+    assert found.outcome() is Outcome.PROVED
+    # The copies really took turns on the database.
+    assert guarded.session.restorer.loads > found.states
+
+
+# -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
+def _forget_delivery_times(module, monkeypatch):
+    """A load that sets every delivery time in unacked_index to now: time restored as an instant, not as ticks."""
+    real = module.load_keys
+
+    def now_again(client, image):
+        keys = tuple((name, kind, tuple((member, 0) for member, _ in value) if kind == "zset" else value)
+                     for name, kind, value in image.keys)
+        real(client, module.Image(keys))
+
+    monkeypatch.setattr(module, "load_keys", now_again)
+
+
+def _forget_the_queues(module, monkeypatch):
+    """A load that leaves every queue empty: a message restored to its queue is lost in a copy."""
+    real = module.load_keys
+    monkeypatch.setattr(module, "load_keys", lambda client, image: real(
+        client, module.Image(tuple(key for key in image.keys if key[1] != "list"))))
+
+
+def _snapshot_without_time(module, monkeypatch):
+    """A snapshot that drops unacked_index's delivery ticks and the deliveries' deadlines: when a lease runs out."""
+    real = module.CeleryLedger.snapshot
+
+    def timeless(self):
+        deliveries, keys, *rest = real(self)
+        deliveries = tuple(d[:5] + d[6:] for d in deliveries)
+        keys = tuple(k for k in keys if k[1] != "zset")
+        return (deliveries, keys, *rest)
+
+    monkeypatch.setattr(module.CeleryLedger, "snapshot", timeless)
+
+
+CAUGHT = {
+    # mutation: (row, how it is caught)
+    # every load makes the deliveries new: a lease never runs out, the drain never settles, and that
+    # "violation" does not replay on a fresh database, so the explorer raises instead of reporting it
+    _forget_delivery_times: ("celery+guard", "does not replay"),
+    _forget_the_queues: ("celery", "unfaithful"),
+    _snapshot_without_time: ("celery+guard", "unfaithful"),
+}
+
+
+@pytest.mark.parametrize("mutation", list(CAUGHT), ids=lambda mutation: mutation.__name__.strip("_"))
+def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, celery_module, redis_url, monkeypatch):
+    """Each mutation of the image or the snapshot stops the walk as unfaithful, or a false violation fails to replay."""
+    mutation(celery_module, monkeypatch)
+    row, how = CAUGHT[mutation]
+    storage = TARGETS[row].open(redis_url)
+    try:
+        if how == "does not replay":
+            with pytest.raises(AssertionError, match="does not replay"):
+                explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
+            return
+        found = explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
+    finally:
+        storage.close()
+    assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
+    assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
+    assert found.outcome() is not Outcome.PROVED
