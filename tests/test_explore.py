@@ -9,9 +9,12 @@ all three start. 2 units x 2 jobs x 2 attempts (``TWO_BY_TWO``) takes minutes
 and runs with ``--run-slow``.
 """
 
+import importlib.util
+import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +31,10 @@ HORIZON_4 = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4)
 TWO_BY_TWO = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
 EXPECTED = load_expected()
 FENCE = [sys.executable, "-m", "fence._cli"]
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("explorer_results", ROOT / "tools" / "explorer_results.py")
+explorer_results = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(explorer_results)
 _CACHE: dict[str, object] = {}
 
 
@@ -170,6 +177,20 @@ def test_a_violation_found_under_a_budget_is_still_violated_and_the_rest_undeter
     assert found.results["no_early_release"].outcome is Outcome.VIOLATED
     assert found.results["capacity_conserved"].outcome is Outcome.UNDETERMINED
     assert found.outcome() is Outcome.VIOLATED
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_the_explorer_concludes_at_the_ci_bound_what_was_recorded(name):
+    """Every figure of the CI-bound row equals tools/explorer-results.json: states, transitions, depth,
+    outcomes, dangers and each counterexample's every step (a speed-up must change none of them).
+
+    After an intended change to the model, re-record with
+    ``python tools/explorer_results.py record tools/explorer-results.json --rows all``.
+    """
+    recorded = json.loads((ROOT / "tools" / "explorer-results.json").read_text())
+    row = next(r for r in explorer_results.rows("quick") if r["policy"] == name)
+    walked, figures = explorer_results.walk(row)
+    assert explorer_results.differences(recorded, {walked: figures}) == []
 
 
 def test_symmetry_gives_the_same_verdicts_with_fewer_states():
