@@ -733,12 +733,29 @@ class World:
         # of the order in which messages were sent, reservations made or evidence
         # gathered: two worlds that differ only in such orders drain alike. The
         # explorer's state key leaves those orders out and relies on this.
+        self._drain_workers()
+        self._drain_clock_and_janitors()
+
+    def _drain_workers(self) -> int:
+        """A drain round's first half: every message delivered, every live worker's next step.
+
+        Returns how many steps it took. A round in which this half took a step
+        is never a fixed point: a delivered message cannot be in flight again by
+        the round's end (a registration or commit is sent once per attempt, and
+        an answer only on a commit's delivery, which happens here), and a
+        worker's phase never goes back. The explorer's drain judge relies on it.
+        """
+        steps = len(self.trace)
         while self.network:
             message = min(self.network, key=_drain_order)
             self.apply(Deliver(message.kind.value, message.attempt))
         for kind in ("confirm", "send_commit", "start"):
             for action in sorted(self.enabled(kind), key=lambda a: a.attempt):
                 self.apply(action)
+        return len(self.trace) - steps
+
+    def _drain_clock_and_janitors(self) -> None:
+        """A drain round's second half: the clock to the last deadline, the janitors, the retries."""
         unexpired = [r.deadline for r in self.ledger.reservations() if r.state is ReservationState.RESERVED]
         if unexpired and max(unexpired) > self.now and not self.network:
             self.apply_unbounded_tick(int(max(unexpired) - self.now))
