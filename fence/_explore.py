@@ -117,7 +117,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from fence._destination import Destination, Guards, TicketService
-from fence._invariants import INVARIANTS, Invariant, required_dangers
+from fence._invariants import INVARIANTS, Invariant, _Found, required_dangers
 from fence._ledger import Ledger, Move, ReservationState
 from fence._minimise import replay_actions
 from fence._policies import Evidence, JanitorPolicy
@@ -769,13 +769,17 @@ def _successors(world: World, symmetry: bool, step_invariants, known, reached: C
     are what the transition alone did. Both ``explore`` and the workers of
     ``explore_with_workers`` walk the graph through this.
     """
+    # An invariant judged on the observer's findings alone holds while the transition
+    # recorded none (a clone without history starts with none): only the others are asked.
+    judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
     for action in _up_to_janitors(world, world.enabled_actions()):
         child = world.clone(history=False)
         child.apply(action)
         if child.reached:
             reached.update(child.reached)
             child.reached.clear()
-        broken = [inv.name for inv in step_invariants if inv.name not in known and inv.check(child)]
+        asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
+        broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
         yield action, child, state_key(child, symmetry), broken
 
 
