@@ -265,6 +265,44 @@ def test_clone_is_independent_and_keeps_the_state():
     assert world.clone(history=False).trace == []
 
 
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_clones_share_nothing_that_a_step_or_a_drain_changes(name):
+    """Copy-on-write clones: a step or a drain taken on a clone never shows in the world it came from.
+
+    Pins the copy-on-write of World.clone's parts (ledger, destination, observer):
+    every change to a shared part must copy it first.
+    """
+    rng = random.Random(11)
+    for _ in range(40):
+        world = World(POLICIES[name], ModelConfig(capacity=2, jobs=2, max_attempts=2))
+        for _ in range(rng.randrange(1, 30)):
+            actions = world.enabled_actions()
+            if not actions:
+                break
+            before = (world.fingerprint(), state_key(world), _present(world))
+            for action in actions:
+                child = world.clone(history=False)
+                child.apply(action)
+            drained = world.clone(history=False)
+            drained.drain()
+            assert (world.fingerprint(), state_key(world), _present(world)) == before
+            world = world.clone(history=False)
+            world.apply(rng.choice(actions))
+
+
+def _present(world) -> tuple:
+    """The observer's present and the attempts, as values."""
+    observer = world.observer
+    return (
+        tuple((m.reservation_id, m.state, m.times_freed) for m in observer.reservations.values()),
+        tuple(observer.effects), tuple(sorted(observer.effects_per_key.items())),
+        tuple(sorted(observer.first_payload.items())), tuple(sorted(observer.abandoned)),
+        tuple(sorted(observer.current_by_key.items())),
+        tuple((a.handle, a.phase, a.ack, a.wrote) for a in world.attempts.values()),
+        tuple(sorted(world.ledger.units_freed.items())),
+    )
+
+
 def run(*args, cwd=None):
     return subprocess.run([*FENCE, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
