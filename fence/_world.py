@@ -289,6 +289,9 @@ class World:
         self.trace: list[Step] = []
         self.draining = False
         self._enabled_cache: dict[str, list[Action]] | None = None
+        self.job_memo: dict[str, object] = {}
+        """Values computed from one job's part of the world (the explorer's key parts),
+        each dropped by any step that touches that job (``_touched_job``)."""
 
     def _make_janitors(self) -> None:
         # A janitor's policy talks to the destination through the observer, so that
@@ -425,10 +428,33 @@ class World:
         if action not in self.enabled(action.kind):
             raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
         self._enabled_cache = None
+        if self.job_memo:
+            job = self._touched_job(action)
+            if job is None:
+                self.job_memo = {}
+            else:
+                self.job_memo.pop(job, None)
         sentence, actor, target = _DO[action.kind](self, action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
         return step
+
+    def _touched_job(self, action: Action) -> str | None:
+        """The one job whose part of the world ``action`` may change, or None for any job's.
+
+        A worker's step, a delivery and a janitor's step on a reservation touch
+        only that attempt's or reservation's job: its reservations, its key's
+        effects, its attempts' witness entries, messages and retries. A tick
+        moves every deadline's standing.
+        """
+        kind = action.kind
+        if kind == "reserve" or kind == "retry":
+            return action.job
+        if kind == "scan" or kind == "probe" or kind == "settle":
+            return self.attempt_of(action.reservation).key
+        if kind == "tick":
+            return None
+        return self.attempts[action.attempt].key
 
     def _new_attempt(self, job: str, revised: bool = False) -> Attempt | FenceError:
         """A new attempt at ``job`` under a fresh reservation, or the ledger's refusal.
@@ -797,6 +823,7 @@ class World:
     def apply_unbounded_tick(self, by: int) -> Step:
         """A tick the drain may take past the horizon, to let every lease expire."""
         self._enabled_cache = None
+        self.job_memo = {}
         sentence, actor, target = self._do_tick(Tick(by))
         step = Step(Tick(by), sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
@@ -851,6 +878,7 @@ class World:
         # before it changes anything, so the lists themselves are never changed).
         cache = self._enabled_cache
         other._enabled_cache = dict(cache) if cache is not None else None
+        other.job_memo = dict(self.job_memo)  # values computed from the state the copy shares
         return other
 
     def _deep_clone(self, history: bool) -> World:
@@ -860,6 +888,7 @@ class World:
             other = copy.deepcopy(self)
         finally:
             self.trace, self._enabled_cache = trace, cache
+        other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
         if history:
             other.trace = list(trace)
         else:
