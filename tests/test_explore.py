@@ -381,6 +381,24 @@ def test_cli_bench_explorer_writes_its_table_and_plot(tmp_path):
     assert (tmp_path / "explorer.png").exists()
 
 
+def test_cli_bench_explorer_records_speed_and_peak_memory_per_row(tmp_path):
+    """Each row of ``fence bench explorer`` has states/s, transitions/s, wall seconds and a peak memory figure."""
+    out = tmp_path / "explorer.txt"
+    result = run("bench", "explorer", "--policy", "naive", "--bound", "1x1x2:3", "--bound", "1x1x1:3",
+                 "--workers", "1", "--report", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = out.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("policy "))
+    assert all(column in header for column in ("states/s", "trans/s", "wall s", "peak MiB"))
+    rows = [line.split() for line in lines if line.startswith("naive ")]
+    assert [row[1] for row in rows] == ["1x1x2,", "1x1x1,"]
+    for row in rows:
+        states, transitions, per_second, per_transition, peak = (
+            int(row[5]), int(row[6]), int(row[9]), int(row[10]), int(row[11]))
+        assert transitions > states > 0 and 0 < per_second < per_transition
+        assert 10 < peak < 1024  # MiB: a whole Python process, far under the issue's 1 GB
+
+
 def test_cli_bench_counterexamples_times_a_cell_to_its_proved_shortest(tmp_path):
     """``fence bench counterexamples`` finds, minimises and proves shortest a violated cell, per seed."""
     out = tmp_path / "counterexamples.txt"
