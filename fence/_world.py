@@ -773,12 +773,20 @@ class World:
         """
         steps = len(self.trace)
         while self.network:
-            message = min(self.network, key=_drain_order)
-            self.apply(Deliver(message.kind.value, message.attempt))
+            self._drain_deliver_next()
+        self._drain_worker_steps()
+        return len(self.trace) - steps
+
+    def _drain_deliver_next(self) -> None:
+        """Deliver the message a drain delivers next: what is in flight alone decides which."""
+        message = min(self.network, key=_drain_order)
+        self.apply(Deliver(message.kind.value, message.attempt))
+
+    def _drain_worker_steps(self) -> None:
+        """Every live worker's next step, in the drain's order: confirms, then commits sent, then starts."""
         for kind in ("confirm", "send_commit", "start"):
             for action in sorted(self.enabled(kind), key=lambda a: a.attempt):
                 self.apply(action)
-        return len(self.trace) - steps
 
     def _drain_clock_and_janitors(self) -> None:
         """A drain round's second half: the clock to the last deadline, the janitors, the retries."""
