@@ -5,8 +5,9 @@ takes to a first counterexample, the time until it is minimised and then
 proved shortest by the explorer, and the lengths found, minimised and
 shortest (Hypothesis' own shrink too, for the naive double write).
 
-``explorer``: states per second and time to exhaust each bound, per policy,
-with and without symmetry, and how the state space grows with units, jobs and
+``explorer``: per policy and bound, with and without symmetry: states and
+transitions per second, wall time and peak memory of one exploration (each in
+a process of its own), and how the state space grows with units, jobs and
 attempts (a table and, with matplotlib, a plot).
 
 ``suite``: the wall time of the README's test command.
@@ -272,50 +273,138 @@ EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
 """Lease 2 and 2 janitors throughout; units, jobs, attempts and the horizon grow."""
 
 
-def _explore_one(arguments):
-    from fence._explore import explore
+@dataclass
+class ExplorerRow:
+    """One exploration's figures: what it found, how fast, and how much memory it held at most."""
 
-    name, config, symmetry, budget = arguments
-    found = explore(POLICIES[name], config, symmetry=symmetry, time_budget=budget)
-    outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
-    return name, config, symmetry, found.states, found.transitions, found.depth, found.seconds, found.exhausted, outcomes
+    name: str
+    config: ModelConfig
+    symmetry: bool
+    explorer_workers: int
+    states: int
+    transitions: int
+    depth: int
+    seconds: float
+    exhausted: bool
+    outcomes: str
+    peak_mib: float
+    """The exploring process's peak resident memory (ru_maxrss), in a process of the row's own."""
+    workers_peak_mib: float | None
+    """With explorer workers: the largest worker process's peak resident memory."""
+
+    @property
+    def states_per_second(self) -> float:
+        return self.states / self.seconds if self.seconds else 0.0
+
+    @property
+    def transitions_per_second(self) -> float:
+        return self.transitions / self.seconds if self.seconds else 0.0
 
 
-def explorer(policies: Sequence[str], budget: float, workers: int, command: str, out: Path) -> int:
-    """States per second and time to exhaust each bound, per policy, with and without symmetry."""
+def _explore_one(arguments) -> ExplorerRow:
+    """One row, explored in a fresh process of its own, so that its peak memory is its own.
+
+    ``ru_maxrss`` is a process's peak over its whole life: measured in a
+    process that explored nothing else, it is this exploration's.
+    """
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    here, there = context.Pipe(duplex=False)
+    child = context.Process(target=_explore_in_child, args=(there, arguments))
+    child.start()
+    there.close()
+    try:
+        reply = here.recv()
+    except EOFError:
+        reply = f"the exploring process died (exit status {child.exitcode})"
+    finally:
+        child.join()
+    if isinstance(reply, str):
+        raise RuntimeError(f"bench explorer, {arguments[0]} {arguments[1].describe()}: {reply}")
+    return reply
+
+
+def _explore_in_child(pipe, arguments) -> None:
+    import resource
+    import traceback
+
+    from fence._explore import explore_with_workers
+
+    name, config, symmetry, budget, explorer_workers = arguments
+    try:
+        found = explore_with_workers(
+            POLICIES[name], config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
+        )
+        outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
+        kib = 1024 if sys.platform != "darwin" else 1024 * 1024  # ru_maxrss: KiB on Linux, bytes on macOS
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kib
+        workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kib if explorer_workers > 1 else None
+        pipe.send(ExplorerRow(
+            name, config, symmetry, explorer_workers, found.states, found.transitions, found.depth,
+            found.seconds, found.exhausted, outcomes, own, workers,
+        ))
+    except BaseException:
+        pipe.send(traceback.format_exc())
+    finally:
+        pipe.close()
+
+
+def explorer(
+    policies: Sequence[str], budget: float, workers: int, command: str, out: Path,
+    bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS, symmetry: str = "both", explorer_workers: int = 1,
+) -> int:
+    """Per policy and bound: states/s, transitions/s, wall time and peak memory of one exploration.
+
+    ``symmetry``: "both" (with and without, for bounds of more than one job),
+    "on" or "off". With ``explorer_workers`` > 1 each exploration shares its
+    levels between that many processes (``explore_with_workers``) and the rows
+    run one after another, so that they do not compete for the cores.
+    """
+    choices = {"both": (False, True), "on": (True,), "off": (False,)}[symmetry]
     tasks = [
-        (name, config, symmetry, budget)
-        for config in EXPLORER_BOUNDS
+        (name, config, with_symmetry, budget, explorer_workers)
+        for config in bounds
         for name in policies
-        for symmetry in ((False, True) if config.jobs > 1 else (False,))
+        for with_symmetry in (choices if config.jobs > 1 else (False,))
     ]
+    side_by_side = workers if explorer_workers < 2 else 1
     started = time.perf_counter()
     by_task = {}
     # As finished, kept in task order for the table; a Ctrl-C stops every worker (fence._pool)
-    for done, (index, row) in enumerate(run_tasks(_explore_one, tasks, workers), 1):
+    for done, (index, row) in enumerate(run_tasks(_explore_one, tasks, side_by_side), 1):
         by_task[index] = row
-        print(f"[{done}/{len(tasks)}] {row[0]} {row[1].describe()} symmetry={row[2]}: {row[3]} states, "
-              f"{row[6]:.1f}s", file=sys.stderr)
+        print(f"[{done}/{len(tasks)}] {row.name} {row.config.describe()} symmetry={row.symmetry}: {row.states} states, "
+              f"{row.seconds:.1f}s, peak {row.peak_mib:.0f} MiB", file=sys.stderr)
     rows = [by_task[index] for index in sorted(by_task)]
     wall = time.perf_counter() - started
+    if explorer_workers > 1:
+        how = f"# each row: one exploration on {explorer_workers} processes sharing each level; rows one at a time"
+    else:
+        how = f"# worker processes: {side_by_side} (each row is one single-process exploration, in a process of its own)"
     lines = [
         *_evidence.header(command),
-        f"# worker processes: {workers} (each row is one single-process exploration)",
+        how,
         f"# each row: one breadth-first exploration, time budget {budget:g}s; lease 2, 2 janitors",
+        "# peak MiB: the exploring process's peak resident memory (getrusage ru_maxrss); with several",
+        "#   explorer processes, '+ N' is the largest worker's peak (the coordinator's is the first figure)",
         f"# wall time {wall:.0f}s",
         "",
         "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
         f"{'policy':22} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
-        f"{'depth':>5} {'seconds':>8} {'states/s':>8} exhausted verdicts",
+        f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} exhausted verdicts",
     ]
-    for name, config, symmetry, states, transitions, depth, seconds, exhausted, outcomes in rows:
+    for row in rows:
+        config = row.config
         bound = f"{config.capacity}x{config.jobs}x{config.max_attempts}, horizon {config.horizon}"
+        peak = f"{row.peak_mib:.0f}" + (f" + {row.workers_peak_mib:.0f}" if row.workers_peak_mib is not None else "")
         lines.append(
-            f"{name:22} {bound:42} {'yes' if symmetry else 'no':4} {states:>8} {transitions:>11} {depth:>5} "
-            f"{seconds:>8.1f} {states / seconds if seconds else 0:>8.0f} {'yes' if exhausted else 'NO':9} {outcomes}"
+            f"{row.name:22} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
+            f"{row.depth:>5} {row.seconds:>8.1f} {row.states_per_second:>8.0f} {row.transitions_per_second:>8.0f} "
+            f"{peak:>13} {'yes' if row.exhausted else 'NO':9} {row.outcomes}"
         )
     picture = out.with_suffix(".png")
-    if _explorer_plot(rows, picture):
+    if _explorer_plot(rows, picture, bounds):
         lines += ["", f"plot: {picture.name} (distinct states and seconds per bound, one line per policy)"]
     else:
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
@@ -323,7 +412,7 @@ def explorer(policies: Sequence[str], budget: float, workers: int, command: str,
     return 0
 
 
-def _explorer_plot(rows, picture: Path) -> bool:
+def _explorer_plot(rows: list[ExplorerRow], picture: Path, bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS) -> bool:
     """States and seconds against the bound, one line per policy and symmetry; False without matplotlib."""
     try:
         import matplotlib
@@ -332,11 +421,12 @@ def _explorer_plot(rows, picture: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [f"{c.capacity}x{c.jobs}x{c.max_attempts}\nh{c.horizon}" for c in EXPLORER_BOUNDS]
+    labels = [f"{c.capacity}x{c.jobs}x{c.max_attempts}\nh{c.horizon}" for c in bounds]
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     series: dict[tuple[str, bool], dict[int, tuple[int, float, bool]]] = {}
-    for name, config, symmetry, states, _t, _d, seconds, exhausted, _o in rows:
-        series.setdefault((name, symmetry), {})[EXPLORER_BOUNDS.index(config)] = (states, seconds, exhausted)
+    for row in rows:
+        series.setdefault((row.name, row.symmetry), {})[list(bounds).index(row.config)] = (
+            row.states, row.seconds, row.exhausted)
     for (name, symmetry), points in sorted(series.items()):
         xs = sorted(points)
         label = name + (" (jobs symmetric)" if symmetry else "")

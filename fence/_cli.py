@@ -299,6 +299,20 @@ def _workers(text: str) -> int:
     return _positive(text, MOST_WORKERS)
 
 
+def _explorer_bound(text: str) -> ModelConfig:
+    """``UxJxA:H`` (units x jobs x attempts : horizon) as the bench's model, lease 2, 2 janitors."""
+    sizes, _, horizon = text.partition(":")
+    parts = sizes.split("x")
+    if len(parts) != 3 or not horizon:
+        raise argparse.ArgumentTypeError(f"must be units x jobs x attempts : horizon, like 2x2x2:2, got {text!r}")
+    capacity, jobs, attempts = (_model_size(part) for part in parts)
+    config = ModelConfig(capacity=capacity, jobs=jobs, max_attempts=attempts, horizon=_zero_or_more(horizon))
+    problem = config.problem()
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return config
+
+
 def _non_negative(text: str) -> int:
     value = _whole(text)
     if value < 0:
@@ -412,6 +426,16 @@ def build_parser() -> argparse.ArgumentParser:
         out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
         report="write the figures to FILE instead (explorer: and its plot beside it, as .png)",
     )
+    explorer = bench.add_argument_group("explorer")
+    explorer.add_argument(
+        "--bound", action="append", type=_explorer_bound, metavar="UxJxA:H",
+        help="explorer: only this bound, units x jobs x attempts : horizon (e.g. 2x2x2:2; repeatable; "
+        "default: the growing bounds of the README)",
+    )
+    explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
+                          help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")
+    explorer.add_argument("--explorer-workers", type=_workers, default=1,
+                          help="explorer: processes sharing each exploration's levels (rows then run one at a time)")
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
@@ -593,7 +617,10 @@ def cmd_bench(args) -> int:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
     out = _output.report_file(args, f"bench {args.what}", f"{args.what}.txt")
     if args.what == "explorer":
-        return _bench.explorer(names, args.time_budget, args.workers, command, out)
+        return _bench.explorer(
+            names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
+            symmetry=args.symmetry, explorer_workers=args.explorer_workers,
+        )
     if args.what == "counterexamples":
         return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
     if args.what == "suite":

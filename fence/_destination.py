@@ -144,22 +144,33 @@ def judge_commit(
 class TicketService:
     """fence's own in-memory destination, with the guards switched by ``Guards``."""
 
+    _shared = False  # see __init__; here too for a subclass whose __init__ skips ours
+
     def __init__(self, guards: Guards = NO_GUARDS) -> None:
         self.guards = guards
         self._effects: list[Effect] = []
         self._first_payload: dict[str, str] = {}
         self._attempts: dict[str, AttemptState] = {}
+        self._shared = False
+        """True while this service's records may be another's too (``clone``): copied before a write."""
 
     # -- the protocol ------------------------------------------------------------
     def register(self, attempt_id: str, key: str) -> AttemptState | None:
         if not self.guards.witness:
             return None
-        return self._attempts.setdefault(attempt_id, AttemptState.IN_FLIGHT)
+        known = self._attempts.get(attempt_id)
+        if known is not None:
+            return known
+        self._own()
+        self._attempts[attempt_id] = AttemptState.IN_FLIGHT
+        return AttemptState.IN_FLIGHT
 
     def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
         result, witnessed = judge_commit(
             self.guards, self._attempts.get(attempt_id), self._first_payload.get(key), payload
         )
+        if result is CommitResult.WRITTEN or witnessed is not None:
+            self._own()
         if result is CommitResult.WRITTEN:
             self._effects.append(Effect(key, attempt_id, payload, len(self._effects) + 1))
             self._first_payload.setdefault(key, payload)
@@ -182,6 +193,7 @@ class TicketService:
             )
         if self._attempts.get(attempt_id) is AttemptState.COMMITTED:
             return AttemptState.COMMITTED
+        self._own()
         self._attempts[attempt_id] = AttemptState.ABANDONED
         return AttemptState.ABANDONED
 
@@ -190,11 +202,24 @@ class TicketService:
 
     # -- helpers -----------------------------------------------------------------
     def clone(self) -> TicketService:
-        """An independent copy in the same state (effects are frozen, so shared)."""
+        """An independent copy in the same state, copied on write.
+
+        The copy shares this service's records until either of the two writes
+        (``_own`` copies them first): most of the explorer's copies take a step
+        that never reaches the destination. Effects are frozen, so shared.
+        """
         other = TicketService.__new__(TicketService)
-        other.__dict__.update({name: (value.copy() if isinstance(value, (dict, list)) else value)
-                               for name, value in self.__dict__.items()})
+        other.__dict__.update(self.__dict__)
+        self._shared = other._shared = True
         return other
+
+    def _own(self) -> None:
+        """Copy the records this service may share with another (``clone``) before changing them."""
+        if self._shared:
+            for name, value in list(self.__dict__.items()):
+                if type(value) is dict or type(value) is list:
+                    self.__dict__[name] = value.copy()
+            self._shared = False
 
     def snapshot(self) -> tuple:
         """A hashable picture of the destination, for state fingerprints."""

@@ -174,6 +174,8 @@ def check_owner(key: str, owner: str, move: Move, current: Reservation | None) -
 class Ledger:
     """N capacity units, and every reservation ever made against them."""
 
+    _shared = False  # see __init__; here too for a subclass whose __init__ skips ours
+
     def __init__(self, capacity: int, *, slots: bool = False) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")
@@ -185,13 +187,29 @@ class Ledger:
         self._count_by_key: dict[str, int] = {}
         self.units_freed: dict[str, int] = {}
         """How many times each reservation returned its unit (must stay <= 1)."""
+        self._shared = False
+        """True while this ledger's dicts may be another's too (``copy``): copied before a move."""
 
     def copy(self) -> Ledger:
-        """An independent ledger in the same state (reservations are frozen, so shared)."""
+        """An independent ledger in the same state, copied on write.
+
+        The copy shares this ledger's dicts until either of the two makes a move
+        (``reserve`` and ``apply`` copy them first, ``_own``): most of the
+        explorer's copies never move the ledger. Reservations are frozen, so
+        even an owned copy shares them.
+        """
         other = Ledger.__new__(Ledger)
-        other.__dict__.update({name: (dict(value) if isinstance(value, dict) else value)
-                               for name, value in self.__dict__.items()})
+        other.__dict__.update(self.__dict__)
+        self._shared = other._shared = True
         return other
+
+    def _own(self) -> None:
+        """Copy the dicts this ledger may share with another (``copy``) before changing them."""
+        if self._shared:
+            for name, value in list(self.__dict__.items()):
+                if type(value) is dict:
+                    self.__dict__[name] = dict(value)
+            self._shared = False
 
     # -- reading ---------------------------------------------------------------
     def get(self, reservation_id: str) -> Reservation:
@@ -229,6 +247,7 @@ class Ledger:
     # -- moving ----------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float, lease: float) -> Reservation:
         check_reserve(key, owner, lease, self.capacity, self.free, self.current(key))
+        self._own()
         count = self._count_by_key.get(key, 0) + 1
         self._count_by_key[key] = count
         reservation = Reservation(f"{key}/r{count}", key, owner, now + lease)
@@ -240,6 +259,7 @@ class Ledger:
         """Make one move from the table on one reservation, or raise and change nothing."""
         reservation = self._reservations[reservation_id]
         moved = replace(reservation, state=next_state(reservation, move))
+        self._own()
         self._reservations[reservation_id] = moved
         if self.holds(reservation) and not self.holds(moved):
             self.units_freed[reservation_id] = self.units_freed.get(reservation_id, 0) + 1

@@ -105,16 +105,27 @@ class Observer:
         self.findings = Findings()
         self.reached: Counter[str] = Counter()
 
+    _shared = False
+    """True while the present (mirror, effects, abandon answers) may be another observer's
+    too (``copy``): ``_own`` copies it before a fact changes it."""
+
     def copy(self, findings: bool = True) -> Observer:
+        """An independent observer with the same present (copied on write) and, if ``findings``, history.
+
+        Most of the explorer's copies record no fact that changes the present,
+        so the two share it until either records one (every change goes through
+        a method here, which calls ``_own`` first).
+        """
         other = Observer.__new__(Observer)
         other.capacity = self.capacity
         other.slots = self.slots
-        other.reservations = {rid: _copy_mirror(m) for rid, m in self.reservations.items()}
-        other.current_by_key = dict(self.current_by_key)
-        other.effects = list(self.effects)
-        other.effects_per_key = _copy_counter(self.effects_per_key)
-        other.first_payload = dict(self.first_payload)
-        other.abandoned = set(self.abandoned)
+        other.reservations = self.reservations
+        other.current_by_key = self.current_by_key
+        other.effects = self.effects
+        other.effects_per_key = self.effects_per_key
+        other.first_payload = self.first_payload
+        other.abandoned = self.abandoned
+        self._shared = other._shared = True
         if findings:
             other.findings = Findings({k: list(v) for k, v in self.findings.by_invariant.items()})
             other.reached = _copy_counter(self.reached)
@@ -122,6 +133,17 @@ class Observer:
             other.findings = Findings()
             other.reached = _copy_counter(None)
         return other
+
+    def _own(self) -> None:
+        """Copy the present this observer may share with another (``copy``) before changing it."""
+        if self._shared:
+            self.reservations = {rid: _copy_mirror(m) for rid, m in self.reservations.items()}
+            self.current_by_key = dict(self.current_by_key)
+            self.effects = list(self.effects)
+            self.effects_per_key = _copy_counter(self.effects_per_key)
+            self.first_payload = dict(self.first_payload)
+            self.abandoned = set(self.abandoned)
+            self._shared = False
 
     def forget_findings(self) -> None:
         """Keep the present, drop what was found and reached so far (see ``copy(findings=False)``)."""
@@ -163,11 +185,13 @@ class Observer:
                 f"the ledger reserved {reservation_id} for {key} while {other.reservation_id} "
                 f"for the same key still held its unit",
             )
+        self._own()
         self.reservations[reservation_id] = MirroredReservation(reservation_id, key, attempt, deadline)
         self.current_by_key[key] = reservation_id
 
     def moved(self, reservation_id: str, move: Move, by: str) -> MirroredReservation:
         """The ledger accepted ``move`` on a reservation; follow it in the mirror by the table."""
+        self._own()
         mirror = self.reservations[reservation_id]
         before = mirror.state
         target = TRANSITIONS[before].get(move)
@@ -222,7 +246,8 @@ class Observer:
 
     def abandon_answered(self, identity: str, answer: AttemptState | None) -> None:
         """The destination answered an abandon: ABANDONED is its promise to refuse that identity."""
-        if answer is AttemptState.ABANDONED:
+        if answer is AttemptState.ABANDONED and identity not in self.abandoned:
+            self._own()
             self.abandoned.add(identity)
 
     def commit_answered(
@@ -258,6 +283,7 @@ class Observer:
         return record[len(self.effects):]
 
     def _count_write(self, effect: Effect) -> None:
+        self._own()
         self.effects.append(effect)
         self.effects_per_key[effect.key] += 1
         self.first_payload.setdefault(effect.key, effect.payload)

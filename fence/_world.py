@@ -289,6 +289,9 @@ class World:
         self.trace: list[Step] = []
         self.draining = False
         self._enabled_cache: dict[str, list[Action]] | None = None
+        self.job_memo: dict[str, object] = {}
+        """Values computed from one job's part of the world (the explorer's key parts),
+        each dropped by any step that touches that job (``_touched_job``)."""
 
     def _make_janitors(self) -> None:
         # A janitor's policy talks to the destination through the observer, so that
@@ -425,10 +428,33 @@ class World:
         if action not in self.enabled(action.kind):
             raise InapplicableAction(f"{action.to_dict()} is not enabled at t={self.now}")
         self._enabled_cache = None
+        if self.job_memo:
+            job = self._touched_job(action)
+            if job is None:
+                self.job_memo = {}
+            else:
+                self.job_memo.pop(job, None)
         sentence, actor, target = _DO[action.kind](self, action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
         return step
+
+    def _touched_job(self, action: Action) -> str | None:
+        """The one job whose part of the world ``action`` may change, or None for any job's.
+
+        A worker's step, a delivery and a janitor's step on a reservation touch
+        only that attempt's or reservation's job: its reservations, its key's
+        effects, its attempts' witness entries, messages and retries. A tick
+        moves every deadline's standing.
+        """
+        kind = action.kind
+        if kind == "reserve" or kind == "retry":
+            return action.job
+        if kind == "scan" or kind == "probe" or kind == "settle":
+            return self.attempt_of(action.reservation).key
+        if kind == "tick":
+            return None
+        return self.attempts[action.attempt].key
 
     def _new_attempt(self, job: str, revised: bool = False) -> Attempt | FenceError:
         """A new attempt at ``job`` under a fresh reservation, or the ledger's refusal.
@@ -733,12 +759,37 @@ class World:
         # of the order in which messages were sent, reservations made or evidence
         # gathered: two worlds that differ only in such orders drain alike. The
         # explorer's state key leaves those orders out and relies on this.
+        self._drain_workers()
+        self._drain_clock_and_janitors()
+
+    def _drain_workers(self) -> int:
+        """A drain round's first half: every message delivered, every live worker's next step.
+
+        Returns how many steps it took. A round in which this half took a step
+        is never a fixed point: a delivered message cannot be in flight again by
+        the round's end (a registration or commit is sent once per attempt, and
+        an answer only on a commit's delivery, which happens here), and a
+        worker's phase never goes back. The explorer's drain judge relies on it.
+        """
+        steps = len(self.trace)
         while self.network:
-            message = min(self.network, key=_drain_order)
-            self.apply(Deliver(message.kind.value, message.attempt))
+            self._drain_deliver_next()
+        self._drain_worker_steps()
+        return len(self.trace) - steps
+
+    def _drain_deliver_next(self) -> None:
+        """Deliver the message a drain delivers next: what is in flight alone decides which."""
+        message = min(self.network, key=_drain_order)
+        self.apply(Deliver(message.kind.value, message.attempt))
+
+    def _drain_worker_steps(self) -> None:
+        """Every live worker's next step, in the drain's order: confirms, then commits sent, then starts."""
         for kind in ("confirm", "send_commit", "start"):
             for action in sorted(self.enabled(kind), key=lambda a: a.attempt):
                 self.apply(action)
+
+    def _drain_clock_and_janitors(self) -> None:
+        """A drain round's second half: the clock to the last deadline, the janitors, the retries."""
         unexpired = [r.deadline for r in self.ledger.reservations() if r.state is ReservationState.RESERVED]
         if unexpired and max(unexpired) > self.now and not self.network:
             self.apply_unbounded_tick(int(max(unexpired) - self.now))
@@ -780,6 +831,7 @@ class World:
     def apply_unbounded_tick(self, by: int) -> Step:
         """A tick the drain may take past the horizon, to let every lease expire."""
         self._enabled_cache = None
+        self.job_memo = {}
         sentence, actor, target = self._do_tick(Tick(by))
         step = Step(Tick(by), sentence, self.now, actor, target, self.draining)
         self.trace.append(step)
@@ -834,6 +886,7 @@ class World:
         # before it changes anything, so the lists themselves are never changed).
         cache = self._enabled_cache
         other._enabled_cache = dict(cache) if cache is not None else None
+        other.job_memo = dict(self.job_memo)  # values computed from the state the copy shares
         return other
 
     def _deep_clone(self, history: bool) -> World:
@@ -843,6 +896,7 @@ class World:
             other = copy.deepcopy(self)
         finally:
             self.trace, self._enabled_cache = trace, cache
+        other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
         if history:
             other.trace = list(trace)
         else:

@@ -9,9 +9,12 @@ all three start. 2 units x 2 jobs x 2 attempts (``TWO_BY_TWO``) takes minutes
 and runs with ``--run-slow``.
 """
 
+import importlib.util
+import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +31,10 @@ HORIZON_4 = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4)
 TWO_BY_TWO = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
 EXPECTED = load_expected()
 FENCE = [sys.executable, "-m", "fence._cli"]
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("explorer_results", ROOT / "tools" / "explorer_results.py")
+explorer_results = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(explorer_results)
 _CACHE: dict[str, object] = {}
 
 
@@ -172,6 +179,20 @@ def test_a_violation_found_under_a_budget_is_still_violated_and_the_rest_undeter
     assert found.outcome() is Outcome.VIOLATED
 
 
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_the_explorer_concludes_at_the_ci_bound_what_was_recorded(name):
+    """Every figure of the CI-bound row equals tools/explorer-results.json: states, transitions, depth,
+    outcomes, dangers and each counterexample's every step (a speed-up must change none of them).
+
+    After an intended change to the model, re-record with
+    ``python tools/explorer_results.py record tools/explorer-results.json --rows all``.
+    """
+    recorded = json.loads((ROOT / "tools" / "explorer-results.json").read_text())
+    row = next(r for r in explorer_results.rows("quick") if r["policy"] == name)
+    walked, figures = explorer_results.walk(row)
+    assert explorer_results.differences(recorded, {walked: figures}) == []
+
+
 def test_symmetry_gives_the_same_verdicts_with_fewer_states():
     """Treating jobs as interchangeable keeps every verdict and shrinks the explored space."""
     config = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
@@ -244,6 +265,72 @@ def test_clone_is_independent_and_keeps_the_state():
     assert world.clone(history=False).trace == []
 
 
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_clones_share_nothing_that_a_step_or_a_drain_changes(name):
+    """Copy-on-write clones: a step or a drain taken on a clone never shows in the world it came from.
+
+    Pins the copy-on-write of World.clone's parts (ledger, destination, observer):
+    every change to a shared part must copy it first.
+    """
+    rng = random.Random(11)
+    for _ in range(40):
+        world = World(POLICIES[name], ModelConfig(capacity=2, jobs=2, max_attempts=2))
+        for _ in range(rng.randrange(1, 30)):
+            actions = world.enabled_actions()
+            if not actions:
+                break
+            before = (world.fingerprint(), state_key(world), _present(world))
+            for action in actions:
+                child = world.clone(history=False)
+                child.apply(action)
+            drained = world.clone(history=False)
+            drained.drain()
+            assert (world.fingerprint(), state_key(world), _present(world)) == before
+            world = world.clone(history=False)
+            world.apply(rng.choice(actions))
+
+
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_the_key_kept_per_job_equals_the_key_made_afresh(name):
+    """state_key through World.job_memo equals the key made with no memo, after every step and drain step.
+
+    Pins _touched_job: a step that changed a job's part without dropping its memo shows here.
+    """
+    rng = random.Random(13)
+    for _ in range(40):
+        world = World(POLICIES[name], ModelConfig(capacity=2, jobs=2, max_attempts=2))
+        steps = rng.randrange(1, 30)
+        for number in range(steps + 6):
+            if number == steps:
+                world.start_draining()
+            if number >= steps:  # then whole drain rounds, the explorer's drain judge's steps
+                world._drain_round()
+            else:
+                actions = world.enabled_actions()
+                if not actions:
+                    continue
+                world = world.clone(history=False)
+                world.apply(rng.choice(actions))
+            for symmetry in (False, True):
+                kept = state_key(world, symmetry)
+                fresh = world.clone(history=False)
+                fresh.job_memo = {}
+                assert kept == state_key(fresh, symmetry)
+
+
+def _present(world) -> tuple:
+    """The observer's present and the attempts, as values."""
+    observer = world.observer
+    return (
+        tuple((m.reservation_id, m.state, m.times_freed) for m in observer.reservations.values()),
+        tuple(observer.effects), tuple(sorted(observer.effects_per_key.items())),
+        tuple(sorted(observer.first_payload.items())), tuple(sorted(observer.abandoned)),
+        tuple(sorted(observer.current_by_key.items())),
+        tuple((a.handle, a.phase, a.ack, a.wrote) for a in world.attempts.values()),
+        tuple(sorted(world.ledger.units_freed.items())),
+    )
+
+
 def run(*args, cwd=None):
     return subprocess.run([*FENCE, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
@@ -292,6 +379,24 @@ def test_cli_bench_explorer_writes_its_table_and_plot(tmp_path):
     text = out.read_text()
     assert text.startswith("# command: ") and "naive" in text and "1x1x1, horizon 3" in text
     assert (tmp_path / "explorer.png").exists()
+
+
+def test_cli_bench_explorer_records_speed_and_peak_memory_per_row(tmp_path):
+    """Each row of ``fence bench explorer`` has states/s, transitions/s, wall seconds and a peak memory figure."""
+    out = tmp_path / "explorer.txt"
+    result = run("bench", "explorer", "--policy", "naive", "--bound", "1x1x2:3", "--bound", "1x1x1:3",
+                 "--workers", "1", "--report", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = out.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("policy "))
+    assert all(column in header for column in ("states/s", "trans/s", "wall s", "peak MiB"))
+    rows = [line.split() for line in lines if line.startswith("naive ")]
+    assert [row[1] for row in rows] == ["1x1x2,", "1x1x1,"]
+    for row in rows:
+        states, transitions, per_second, per_transition, peak = (
+            int(row[5]), int(row[6]), int(row[9]), int(row[10]), int(row[11]))
+        assert transitions > states > 0 and 0 < per_second < per_transition
+        assert 10 < peak < 1024  # MiB: a whole Python process, far under the issue's 1 GB
 
 
 def test_cli_bench_counterexamples_times_a_cell_to_its_proved_shortest(tmp_path):
