@@ -116,7 +116,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fence._destination import Destination, Guards, TicketService
+from fence._destination import Destination, Guards
 from fence._invariants import INVARIANTS, Invariant, _Found, required_dangers
 from fence._ledger import Ledger, Move, ReservationState
 from fence._minimise import replay_actions

@@ -8,7 +8,7 @@ subclass's state.
 
 import pytest
 
-from fence import Decision, Evidence, Guards, Policy, TicketService
+from fence import Decision, Evidence, Policy, TicketService
 from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
 from fence._invariants import BY_NAME
 from fence._ledger import Move
