@@ -19,7 +19,6 @@ The public surface. The private modules each own one concern:
                     the article's experiments and the real-clock replay
 * ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
-* ``_restore``      a plug-in on a server copied as its dumped image (the explorer on targets)
 * ``_checking``     both engines on policies and plug-ins, as ``check``, ``verdicts`` and ``testing`` run them
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
 * ``_lockstep``     two worlds driven by the same actions and compared after every step
