@@ -18,15 +18,11 @@ import os
 import pytest
 
 from fence._explore import Outcome
-from fence._invariants import BY_NAME, required_dangers
-from fence._minimise import replay_actions
 from fence._verdicts import Verdict, profile_settings
-from fence.targets import EXPLORER_BOUND, TARGETS, explore_target, judge_target
+from fence.targets import TARGETS, explore_target, judge_target
+from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
 pytestmark = pytest.mark.postgres
-
-FAITHFULNESS = (20, 40)
-"""New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
 
 
 @pytest.fixture(scope="module")
@@ -56,38 +52,12 @@ def guarded(postgres_url, procrastinate_module):
 
 def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
     """Breadth first on the shipped recipe: a job written twice, whose path replays on another storage's emptied tables."""
-    target = TARGETS["procrastinate"]
-    duplicate = BY_NAME["no_duplicate_writes"]
-    found = explore_target(target, shipped, invariants=(duplicate,), stop_when_all_violated=True,
-                           faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks > 0
-    result = found.results[duplicate.name]
-    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == "job1 was written 2 times"
-    # The explorer's path, on a storage of its own: procrastinate's tables emptied, the same two writes.
-    chosen = [step.action for step in result.counterexample.steps if not step.drain]
-    assert len(chosen) == result.depth
-    fresh = target.open(postgres_url)
-    try:
-        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
-    assert replayed is not None and replayed.message == "job1 was written 2 times"
-    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
-    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    shipped_duplicate_replays("procrastinate", shipped, postgres_url)
 
 
 def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
     """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
-    found = explore_target(TARGETS["procrastinate+guard"], guarded, faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
-    assert found.exhausted and found.states > 100 and found.transitions > found.states
-    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
-    assert found.missing_dangers() == []
-    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["procrastinate+guard"].policy))
-    assert found.outcome() is Outcome.PROVED
-    # The copies really took turns on the database (a walk that never restored proved nothing about restores).
-    assert guarded.session.restorer.loads > found.states and guarded.restorers["destination"].loads > 0
+    guarded_row_proved("procrastinate+guard", guarded, destination_on_the_server=True)
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------

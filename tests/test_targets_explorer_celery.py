@@ -22,14 +22,10 @@ import os
 import pytest
 
 from fence._explore import Outcome
-from fence._invariants import BY_NAME, required_dangers
-from fence._minimise import replay_actions
-from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
+from fence.targets import TARGETS, explore_target
+from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
 pytestmark = pytest.mark.redis
-
-FAITHFULNESS = (20, 40)
-"""New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,38 +55,12 @@ def guarded(redis_url, celery_module):
 
 def test_the_explorer_finds_celerys_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):
     """Breadth first on restore_visible: a job written twice, whose path replays on another storage's emptied database."""
-    target = TARGETS["celery"]
-    duplicate = BY_NAME["no_duplicate_writes"]
-    found = explore_target(target, shipped, invariants=(duplicate,), stop_when_all_violated=True,
-                           faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks > 0
-    result = found.results[duplicate.name]
-    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == "job1 was written 2 times"
-    chosen = [step.action for step in result.counterexample.steps if not step.drain]
-    assert len(chosen) == result.depth
-    fresh = target.open(redis_url)
-    try:
-        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
-    assert replayed is not None and replayed.message == "job1 was written 2 times"
-    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
-    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
-    assert shipped.session.restorer.loads > 0
+    shipped_duplicate_replays("celery", shipped, redis_url)
 
 
 def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
     """celery with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
-    found = explore_target(TARGETS["celery+guard"], guarded, faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
-    assert found.exhausted and found.states > 100 and found.transitions > found.states
-    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
-    assert found.missing_dangers() == []
-    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["celery+guard"].policy))
-    assert found.outcome() is Outcome.PROVED
-    # The copies really took turns on the database.
-    assert guarded.session.restorer.loads > found.states
+    guarded_row_proved("celery+guard", guarded, destination_on_the_server=False)
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------

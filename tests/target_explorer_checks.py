@@ -1,0 +1,55 @@
+"""What the explorer must show on every target, written once for procrastinate, pgqueuer and celery.
+
+Each target's test file (tests/test_targets_explorer*.py) opens its own
+storages on its own server and calls these; what differs between targets (how a
+restore or a snapshot can forget something) stays in that file.
+"""
+
+from __future__ import annotations
+
+from fence._explore import Outcome
+from fence._invariants import BY_NAME, required_dangers
+from fence._minimise import replay_actions
+from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
+
+FAITHFULNESS = (20, 40)
+"""New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
+
+
+def shipped_duplicate_replays(row: str, shipped, url: str) -> None:
+    """Breadth first on the shipped row: a job written twice, whose path replays on another storage's emptied server."""
+    target = TARGETS[row]
+    duplicate = BY_NAME["no_duplicate_writes"]
+    found = explore_target(target, shipped, invariants=(duplicate,), stop_when_all_violated=True,
+                           faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks > 0
+    result = found.results[duplicate.name]
+    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == "job1 was written 2 times"
+    # The explorer's path, on a storage of its own: the server emptied, the same two writes.
+    chosen = [step.action for step in result.counterexample.steps if not step.drain]
+    assert len(chosen) == result.depth
+    fresh = target.open(url)
+    try:
+        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
+                                  fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    assert shipped.session.restorer.loads > 0  # the copies took turns on the server
+
+
+def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool) -> None:
+    """Every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
+    found = explore_target(TARGETS[row], guarded, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
+    assert found.exhausted and found.states > 100 and found.transitions > found.states
+    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS[row].policy))
+    assert found.outcome() is Outcome.PROVED
+    # The copies really took turns on the server (a walk that never restored proved nothing about restores).
+    assert guarded.session.restorer.loads > found.states
+    if destination_on_the_server:
+        assert guarded.restorers["destination"].loads > 0
