@@ -446,6 +446,8 @@ def explore(
     ledger_factory: Callable[[int], Ledger] | None = None,
     progress: Callable[[Exploration], None] | None = None,
     faithfulness: tuple[int, int] | None = None,
+    check_memo: int = 0,
+    memo: bool = True,
 ) -> Exploration:
     """Breadth-first over every enabled action; a verdict per invariant.
 
@@ -455,6 +457,9 @@ def explore(
     the result says so (``unfaithful``) and proves nothing. ``faithfulness`` is
     (new states, merges) it replays, when not ``FaithfulnessCheck``'s own: on a
     real database each replay costs a fresh world and many restores.
+    ``check_memo`` n > 0 compares every n-th answer of the step memo with the
+    model's own step (``fence._transitions``); a difference raises. ``memo=False``
+    walks without the memos (every transition cloned and applied), for comparison.
     """
     started = time.perf_counter()
     result = Exploration(policy, config, max_depth, symmetry)
@@ -475,7 +480,9 @@ def explore(
         if check_budget is not None:
             faithfulness.NEW_STATES, faithfulness.MERGES = check_budget
 
-    judge_drain = _DrainJudge(teardown_invariants)
+    use_memo = memo
+    memo = _Memo(step_invariants, check_memo) if faithfulness is None and use_memo else None
+    judge_drain = _DrainJudge(teardown_invariants, memo.steps if memo is not None and memo.usable else None)
 
     def check_teardown(node: int, world: World) -> None:
         if all(inv.name in found for inv in teardown_invariants):
@@ -485,9 +492,16 @@ def explore(
         for name in broken:
             found.setdefault(name, (node, None))
 
+    if memo is not None and memo.usable:
+        def successors(world: World):
+            return _memo_successors(world, symmetry, step_invariants, found, result.reached, visited, memo)
+    else:
+        def successors(world: World):
+            return _successors(world, symmetry, step_invariants, found, result.reached)
+
     def expand(node: int, world: World, following: list) -> None:
         """Take each action from ``world``; judge each successor; queue the new ones."""
-        for action, child, key, broken in _successors(world, symmetry, step_invariants, found, result.reached):
+        for action, child, key, broken in successors(world):
             result.transitions += 1
             for name in broken:
                 found[name] = (node, action)
@@ -813,6 +827,117 @@ def _successors(world: World, symmetry: bool, step_invariants, known, reached: C
         yield action, child, state_key(child, symmetry), broken
 
 
+class _Memo:
+    """The step and tick memos of one walk (``fence._transitions``), and whether it may use them.
+
+    Only fence's own parts qualify, and only the built-in step invariants: a
+    transition into a state seen before is then judged on the facts it
+    recorded alone (see ``_memo_successors``).
+    """
+
+    def __init__(self, step_invariants, check_every: int = 0) -> None:
+        from fence._invariants import BY_NAME
+        from fence._transitions import StepMemo, TickMemo
+
+        self.usable = all(
+            isinstance(inv.check, _Found) or inv.check is BY_NAME["no_early_release"].check for inv in step_invariants
+        )
+        self.steps = StepMemo(check_every)
+        self.ticks = TickMemo()
+
+
+def _memo_successors(world: World, symmetry: bool, step_invariants, known, reached: Counter, visited, memo: _Memo):
+    """``_successors``, with a step into a state in ``visited`` answered from the memo: its child is None.
+
+    Why the facts are all a transition into a visited state needs: what a step
+    records (findings, dangers) is in the memo's answer. The other reading of
+    the step invariants, the present of invariant 3 (more live writers than
+    units), is a function of the state key (attempts' phases, commits in
+    flight, abandon promises, all in the key), so the first transition into
+    that state (or the root, which has no attempts) judged it already: if it
+    was broken, it is in ``known``. A step into a state not in ``visited`` is
+    taken for real (clone and apply) as in ``_successors``; the memo then only
+    spares its key part. With ``memo.steps.check_every`` every n-th memo
+    answer is compared with the real step (``MemoMismatch``).
+    """
+    from fence._transitions import DETAIL, MemoMismatch, context, facts_of, job_details, relative_action
+
+    steps, ticks = memo.steps, memo.ticks
+    judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
+    state_key(world, symmetry)  # fills the parts of world.job_memo
+    jobs = world.jobs
+    job_memo = world.job_memo
+    parts = {job: job_memo[job] for job in jobs}
+    details = steps.details(world)
+    shared = context(world)
+    abandoned = world.observer.abandoned
+    abandoned_key = tuple(sorted(abandoned)) if abandoned else ()
+    now = world.now
+    for action in _up_to_janitors(world, world.enabled_actions()):
+        answer = key = None
+        checking = False
+        if action.kind == "tick":
+            job = None
+            by = action.by
+            new_parts = [ticks.parts.get((parts[j], now, by)) for j in jobs]
+            if None not in new_parts:
+                key = (now + by, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), abandoned_key)
+                checking = steps.should_check()
+                if key in visited and not checking:
+                    yield action, None, key, []  # a tick records nothing (fence._transitions)
+                    continue
+        else:
+            job = world._touched_job(action)
+            memo_key = (details[job], shared, relative_action(world, action, job))
+            answer = steps.answers.get(memo_key)
+            if answer is not None:
+                part, _detail, added, findings, got = answer
+                if added:
+                    new_abandoned = tuple(sorted(abandoned | {job + i for i in added}))
+                else:
+                    new_abandoned = abandoned_key
+                new_parts = [part if j == job else parts[j] for j in jobs]
+                key = (now, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), new_abandoned)
+                checking = steps.should_check()
+                if key in visited and not checking:
+                    if got:
+                        reached.update(got)
+                    broken = [inv.name for inv in step_invariants if inv.name in findings and inv.name not in known]
+                    yield action, None, key, broken
+                    continue
+        child = world.clone(history=False)
+        child.apply(action)
+        if job is None:  # a tick: every part moves with the clock, and no detail changes
+            child_key = state_key(child, symmetry)
+            ticks.learn(parts, now, action.by, child)
+            if checking:
+                findings, got = facts_of(child)
+                fresh = child.clone(history=False)
+                fresh.job_memo = {}
+                if child_key != key or findings or got or job_details(fresh, jobs) != details:
+                    raise MemoMismatch(f"the tick memo answered {action} differently from the model")
+            for j in jobs:
+                child.job_memo[DETAIL + j] = details[j]
+        else:
+            if answer is None:
+                findings, got = facts_of(child)
+                answer = steps.learn(memo_key, job, world, child, findings, got)
+            elif checking:
+                findings, got = facts_of(child)
+                steps.verify(memo_key, answer, job, world, child, findings, got)
+            child.job_memo[job] = answer[0]
+            child.job_memo[DETAIL + job] = answer[1]
+            child_key = state_key(child, symmetry)
+            if checking and child_key != key:
+                raise MemoMismatch(f"the step memo's key for {action} differs from the model's")
+        if child.reached:
+            reached.update(child.reached)
+            child.reached.clear()
+        asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
+        broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
+        yield action, child, child_key, broken
+
+
 def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
     """The actions, less those another janitor's same action already stands for.
 
@@ -870,13 +995,91 @@ class _DrainJudge:
     FIRST_ROUND_DELIVERING = "first round, delivering"
     """Memo tag: in a first round's deliveries, with a message still in flight."""
 
-    def __init__(self, invariants: list[Invariant]) -> None:
+    def __init__(self, invariants: list[Invariant], steps=None) -> None:
         self.invariants = invariants
         self.memo: dict[tuple, tuple[tuple[str, ...], bool]] = {}
+        self.steps = steps
+        """The walk's step memo (``fence._transitions.StepMemo``), or None: see ``_from_memos``."""
+        self.halves: dict[tuple, tuple] = {}
+        """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
+
+    def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
+        """The answer for a fast world without draining it, if the memos have it.
+
+        First by its own key, if messages are in flight. Then by the key its
+        first half (``World._drain_workers``) would reach, put together job by
+        job from ``halves``: what a first half did to each job's part, learned
+        from first halves run for real (``_learn_halves``). Returns (answer,
+        what ``_learn_halves`` needs when a job's first half is not known yet).
+
+        Why a first half composes per job: each of its steps (deliveries,
+        confirms, commits sent, starts) is job-local and reads nothing outside
+        its job but the context (clock, draining, units free and held; see
+        ``fence._transitions``); a job's steps come in the order they would
+        come in if the job were alone (the next message is the least in flight,
+        so the least of its job's; worker steps go by attempt, and a job's
+        attempts share its name as prefix); and the context does not change
+        in a first half: it takes no unit (no reserve), so free units only
+        rise, and ``_learn_halves`` keeps only first halves that ended with the
+        context they started with, so none of their steps changed it.
+        """
+        from fence._transitions import context
+
+        key = None
+        if world.network:
+            key = (state_key(world), self.FIRST_ROUND_DELIVERING)
+            answer = self.memo.get(key)
+            if answer is not None:
+                return answer, None
+        details = self.steps.details(world)
+        now, _, free, held = context(world)
+        shared = (now, True, free, held)
+        jobs = world.jobs
+        found = [self.halves.get((details[job], shared)) for job in jobs]
+        if None in found:
+            return None, (details, shared, frozenset(world.observer.abandoned))
+        if not any(stepped for _part, stepped, _added in found):
+            return None, None  # the first half takes no step: no halfway key (see ``__call__``)
+        abandoned = set(world.observer.abandoned)
+        for job, (_part, _stepped, added) in zip(jobs, found):
+            abandoned.update(job + i for i in added)
+        halfway = (now, tuple(part for part, _stepped, _added in found), tuple(sorted(abandoned)) if abandoned else ())
+        answer = self.memo.get((halfway, self.FIRST_ROUND_HALFWAY))
+        if answer is not None and key is not None:
+            self.memo[key] = answer
+        return answer, None
+
+    def _learn_halves(self, learn: tuple, drained: World, steps_before: int) -> None:
+        """Remember what the first half just taken on ``drained`` did to each job (see ``_from_memos``)."""
+        from fence._transitions import context
+
+        details, shared, abandoned_before = learn
+        if context(drained) != shared:
+            return  # a step changed the context: this first half does not compose
+        cut = {job: len(job) for job in drained.jobs}
+        stepped = {job: False for job in drained.jobs}
+        for step in drained.trace[steps_before:]:
+            stepped[drained.attempts[step.action.attempt].key] = True
+        state_key(drained)  # fills the parts
+        added_now = drained.observer.abandoned - abandoned_before
+        for job in drained.jobs:
+            added = tuple(sorted(i[cut[job]:] for i in added_now if i.partition("#")[0] == job))
+            self.halves[(details[job], shared)] = (drained.job_memo[job], stepped[job], added)
 
     def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
         if not self.invariants:
             return (), True
+        learn = None
+        if self.steps is not None and world.fast_copy_is_faithful():
+            answer, learn = self._from_memos(world)
+            if answer is not None:
+                if not self.steps.should_check():
+                    return answer
+                if _DrainJudge(self.invariants)(world) != answer:  # checked: made again with no memo
+                    from fence._transitions import MemoMismatch
+
+                    raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's")
+                return answer
         drained = world.clone(history=False)
         drained.start_draining()
         seen: list[tuple] = []
@@ -904,6 +1107,8 @@ class _DrainJudge:
                 return answer
             drained._drain_worker_steps()
             if len(drained.trace) > steps:
+                if learn is not None:
+                    self._learn_halves(learn, drained, steps)
                 key = (state_key(drained), self.FIRST_ROUND_HALFWAY)
                 answer = self.memo.get(key)
                 if answer is not None:

@@ -53,6 +53,9 @@ from fence._worker import (
 )
 from fence._policies import FENCE_POLICY_TYPES, Decision, Evidence, JanitorPolicy
 
+JOB_DETAIL = "detail:"
+"""``World.job_memo`` keeps a job's detail (``fence._transitions``) under this prefix and its name."""
+
 COMPLETE_SNAPSHOTS: set[type] = {TicketService, Ledger}
 """fence's own ledgers and destinations, whose ``snapshot()`` holds everything that decides
 their next answers (fence.backends adds its SQL ones). Exact types: a subclass may add state."""
@@ -290,8 +293,9 @@ class World:
         self.draining = False
         self._enabled_cache: dict[str, list[Action]] | None = None
         self.job_memo: dict[str, object] = {}
-        """Values computed from one job's part of the world (the explorer's key parts),
-        each dropped by any step that touches that job (``_touched_job``)."""
+        """Values computed from one job's part of the world (the explorer's key parts, under
+        the job's name, and its memo details, under ``JOB_DETAIL`` + name), each dropped by
+        any step that touches that job (``_touched_job``)."""
 
     def _make_janitors(self) -> None:
         # A janitor's policy talks to the destination through the observer, so that
@@ -434,6 +438,7 @@ class World:
                 self.job_memo = {}
             else:
                 self.job_memo.pop(job, None)
+                self.job_memo.pop(JOB_DETAIL + job, None)
         sentence, actor, target = _DO[action.kind](self, action)
         step = Step(action, sentence, self.now, actor, target, self.draining)
         self.trace.append(step)

@@ -259,6 +259,43 @@ def test_two_workers_out_of_time_are_undetermined():
     assert found.outcome() is Outcome.UNDETERMINED
 
 
+@pytest.mark.parametrize("name", list(POLICIES))
+def test_the_step_memo_answers_as_the_model_does(name):
+    """Every answer of the step, tick and drain memos, made again by the model itself, is the same.
+
+    ``check_memo=1`` takes every memoised step for real as well and compares the
+    key part, detail, abandon promises, findings and dangers (fence._transitions),
+    and drains again without memo each state the drain judge answered from its memos;
+    the walk's figures equal those of a walk without the memos.
+    """
+    for config, symmetry in ((CI_BOUND, False), (ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=1), True)):
+        checked = explore(POLICIES[name], config, symmetry=symmetry, check_memo=1)
+        plain = explore(POLICIES[name], config, symmetry=symmetry, memo=False)
+        assert _walk_figures(checked) == _walk_figures(plain)
+
+
+@pytest.mark.parametrize("left_out", ["messages in flight", "attempts", "clock"])
+def test_the_memo_check_catches_a_memo_key_that_leaves_something_out(monkeypatch, left_out):
+    """The check of the step memo can fail: a detail or context missing a reading is caught."""
+    from fence import _transitions
+    from fence._transitions import MemoMismatch
+
+    if left_out == "clock":
+        whole_context = _transitions.context
+        monkeypatch.setattr(_transitions, "context", lambda world: (0,) + whole_context(world)[1:])
+    else:
+        index = {"messages in flight": 8, "attempts": 6}[left_out]
+        whole = _transitions.job_details
+
+        def leaves_out(world, wanted):
+            return {job: d[:index] + d[index + 1:] for job, d in whole(world, wanted).items()}
+
+        monkeypatch.setattr(_transitions, "job_details", leaves_out)
+    with pytest.raises(MemoMismatch):
+        explore(POLICIES["abandon-fenced"], ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2),
+                symmetry=True, check_memo=1, max_depth=12)
+
+
 def test_the_memoised_drain_judges_as_drain_does():
     """Invariant 6 through the explorer's memoised drain equals World.drain() on random states."""
     inv = BY_NAME["everything_settles"]
