@@ -544,7 +544,6 @@ def explore(
             else:
                 depth += 1
                 frontier = following
-                long_lived.level_done()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -566,28 +565,28 @@ def explore(
 
 
 class _LongLived:
-    """Tells the garbage collector that what survived a level is long-lived, for one ``explore``.
+    """Keeps Python's cyclic garbage collector out of one ``explore`` of fence's own parts.
 
-    The walk keeps every key, parent pointer and the frontier's worlds until it
-    ends, and Python's full collections scan all of them again and again (about
-    a tenth of a walk's time at 2x2x1). None of it forms reference cycles (the
-    worlds hold none), and what is dropped later is freed by its reference count
-    whether frozen or not, so after each level the survivors are frozen
-    (``gc.freeze``) and unfrozen when the walk ends. Nothing is done for a
-    user's plug-ins (whose state may hold cycles), if the collector is off, or
-    if the program froze objects of its own.
+    The walk allocates a few small objects per transition and keeps every key,
+    parent pointer, memo answer and the frontier's worlds until it ends, and the
+    collector's passes scan all that is not yet collected again and again:
+    about four tenths of a walk's time at 2x2x2 even with the survivors of each
+    level frozen (``gc.freeze``). None of it forms reference cycles (the
+    worlds hold none; ``tests/test_explore.py`` checks that a walk leaves no
+    cyclic garbage), so everything the walk drops is freed by its reference
+    count, and the collector is switched off for the walk and on again at its
+    end. Nothing is done for a user's plug-ins (whose state may hold cycles),
+    or if the collector is off already.
     """
 
     def __init__(self, wanted: bool) -> None:
-        self.active = wanted and gc.isenabled() and gc.get_freeze_count() == 0
-
-    def level_done(self) -> None:
+        self.active = wanted and gc.isenabled()
         if self.active:
-            gc.freeze()
+            gc.disable()
 
     def close(self) -> None:
         if self.active:
-            gc.unfreeze()
+            gc.enable()
 
 
 class Unfaithful(Exception):
@@ -1006,11 +1005,11 @@ class _DrainJudge:
     def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
         """The answer for a fast world without draining it, if the memos have it.
 
-        First by its own key, if messages are in flight. Then by the key its
-        first half (``World._drain_workers``) would reach, put together job by
-        job from ``halves``: what a first half did to each job's part, learned
-        from first halves run for real (``_learn_halves``). Returns (answer,
-        what ``_learn_halves`` needs when a job's first half is not known yet).
+        First by the key its first half (``World._drain_workers``) would reach,
+        put together job by job from ``halves``: what a first half did to each
+        job's part, learned from first halves run for real (``_learn_halves``);
+        then by its own key, if messages are in flight. Returns (answer, what
+        ``_learn_halves`` needs when a job's first half is not known yet).
 
         Why a first half composes per job: each of its steps (deliveries,
         confirms, commits sent, starts) is job-local and reads nothing outside
@@ -1025,29 +1024,32 @@ class _DrainJudge:
         """
         from fence._transitions import context
 
-        key = None
-        if world.network:
-            key = (state_key(world), self.FIRST_ROUND_DELIVERING)
-            answer = self.memo.get(key)
-            if answer is not None:
-                return answer, None
         details = self.steps.details(world)
         now, _, free, held = context(world)
         shared = (now, True, free, held)
         jobs = world.jobs
-        found = [self.halves.get((details[job], shared)) for job in jobs]
+        halves = self.halves
+        found = [halves.get((details[job], shared)) for job in jobs]
+        learn = None
         if None in found:
-            return None, (details, shared, frozenset(world.observer.abandoned))
-        if not any(stepped for _part, stepped, _added in found):
-            return None, None  # the first half takes no step: no halfway key (see ``__call__``)
-        abandoned = set(world.observer.abandoned)
-        for job, (_part, _stepped, added) in zip(jobs, found):
-            abandoned.update(job + i for i in added)
-        halfway = (now, tuple(part for part, _stepped, _added in found), tuple(sorted(abandoned)) if abandoned else ())
-        answer = self.memo.get((halfway, self.FIRST_ROUND_HALFWAY))
-        if answer is not None and key is not None:
-            self.memo[key] = answer
-        return answer, None
+            learn = (details, shared, frozenset(world.observer.abandoned))
+        elif any(stepped for _part, stepped, _added in found):
+            abandoned = world.observer.abandoned
+            if any(added for _part, _stepped, added in found):
+                abandoned = set(abandoned)
+                for job, (_part, _stepped, added) in zip(jobs, found):
+                    abandoned.update(job + i for i in added)
+            halfway = (now, tuple(part for part, _stepped, _added in found),
+                       tuple(sorted(abandoned)) if abandoned else ())
+            answer = self.memo.get((halfway, self.FIRST_ROUND_HALFWAY))
+            if answer is not None:
+                return answer, None
+        # else the first half takes no step: no halfway key (see ``__call__``)
+        if world.network:
+            answer = self.memo.get((state_key(world), self.FIRST_ROUND_DELIVERING))
+            if answer is not None:
+                return answer, None
+        return None, learn
 
     def _learn_halves(self, learn: tuple, drained: World, steps_before: int) -> None:
         """Remember what the first half just taken on ``drained`` did to each job (see ``_from_memos``)."""
@@ -1385,6 +1387,7 @@ def _level_worker(pipe, setup) -> None:
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the coordinator's to handle (it kills us)
+    gc.disable()  # fence's own parts only (see explore_with_workers): no cycles, see _LongLived
     policy, config, symmetry, invariants, destination_factory = setup
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
     judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown])

@@ -230,6 +230,9 @@ class Ledger:
 
     @property
     def held(self) -> int:
+        if not self.slots:  # quota: every state but unused holds (HOLDING_STATES), compared by identity
+            unused = ReservationState.UNUSED
+            return sum(1 for r in self._reservations.values() if r.state is not unused)
         return sum(1 for r in self._reservations.values() if self.holds(r))
 
     @property

@@ -154,6 +154,9 @@ class Observer:
     @property
     def held(self) -> int:
         """Units out of the pool by fence's mirror (with slots, finished work holds none)."""
+        if not self.slots:  # every state but unused holds (HOLDING_STATES), compared by identity
+            unused = ReservationState.UNUSED
+            return sum(1 for m in self.reservations.values() if m.state is not unused)
         return sum(
             1 for m in self.reservations.values()
             if m.state in HOLDING_STATES and not (self.slots and m.state in FINISHED_STATES)
