@@ -1262,11 +1262,13 @@ def _explore_on_workers(
     depth = 0
     remaining = False  # states found but not expanded (a depth bound stopped the walk)
 
+    news: list[list[tuple]] = [[] for _ in range(workers)]  # per worker: the keys the others found last round
+
     def run_round(expand: bool, seed: bool = False) -> None:
         """Every worker takes up the states it owns and, if ``expand``, expands them."""
-        nonlocal owned, out_of_budget
+        nonlocal owned, out_of_budget, news
         for number, pipe in enumerate(pipes):
-            pipe.send((owned[number], set(found), expand, seed and number == 0, deadline))
+            pipe.send((owned[number], set(found), expand, seed and number == 0, deadline, news[number]))
         replies = [_receive(pipe) for pipe in pipes]
         owned = [[] for _ in range(workers)]
         candidates: dict[tuple, tuple[int | None, Action | None, list[int]]] = {}
@@ -1290,7 +1292,11 @@ def _explore_on_workers(
                     holder[2].append(number)
         load = [0] * workers
         movable: list[list[tuple[int, tuple]]] = [[] for _ in range(workers)]  # held by one worker only
+        news = [[] for _ in range(workers)]
         for key, (parent, action, holders) in candidates.items():
+            for number in range(workers):
+                if number not in holders:
+                    news[number].append(key)
             node = len(parents)
             visited[key] = node
             parents.append((parent, action) if parent is not None else None)
@@ -1390,7 +1396,8 @@ def _level_worker(pipe, setup) -> None:
     gc.disable()  # fence's own parts only (see explore_with_workers): no cycles, see _LongLived
     policy, config, symmetry, invariants, destination_factory = setup
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
-    judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown])
+    memo = _Memo(step_invariants)
+    judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown], memo.steps if memo.usable else None)
     waiting: dict[tuple, World] = {}
     sent: set[tuple] = set()
     try:
@@ -1401,7 +1408,10 @@ def _level_worker(pipe, setup) -> None:
             if order[0] == "export":  # hand some of the worlds made to another worker
                 pipe.send({key: pickle.dumps(waiting.pop(key), protocol=pickle.HIGHEST_PROTOCOL) for key in order[1]})
                 continue
-            to_take_up, already_found, expand, seed, deadline = order
+            to_take_up, already_found, expand, seed, deadline, found_elsewhere = order
+            # States the other workers found last round: a step into one is answered by the memo
+            # (the invariants its first transition broke are in already_found) and not sent again.
+            sent.update(found_elsewhere)
             frontier = [
                 (node, waiting[key] if handed is None else pickle.loads(handed)) for node, key, handed in to_take_up
             ]
@@ -1432,7 +1442,11 @@ def _level_worker(pipe, setup) -> None:
                     if deadline is not None and time.monotonic() > deadline:
                         stopped = True
                         break
-                    for action, child, key, broken in _successors(world, symmetry, step_invariants, known, reached):
+                    if memo.usable:  # a step into a state this worker has sent is answered by the memo
+                        walk = _memo_successors(world, symmetry, step_invariants, known, reached, sent, memo)
+                    else:
+                        walk = _successors(world, symmetry, step_invariants, known, reached)
+                    for action, child, key, broken in walk:
                         transitions += 1
                         for name in broken:
                             step_found[name] = (node, action)
