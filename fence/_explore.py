@@ -872,6 +872,8 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
     abandoned = world.observer.abandoned
     abandoned_key = tuple(sorted(abandoned)) if abandoned else ()
     now = world.now
+    answers, check_every = steps.answers, steps.check_every
+    no_findings: list[str] = []
     for action in _up_to_janitors(world, world.enabled_actions()):
         answer = key = None
         checking = False
@@ -881,14 +883,14 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
             new_parts = [ticks.parts.get((parts[j], now, by)) for j in jobs]
             if None not in new_parts:
                 key = (now + by, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), abandoned_key)
-                checking = steps.should_check()
-                if key in visited and not checking:
-                    yield action, None, key, []  # a tick records nothing (fence._transitions)
+                checking = check_every and steps.should_check()
+                if not checking and key in visited:
+                    yield action, None, key, no_findings  # a tick records nothing (fence._transitions)
                     continue
         else:
             job = world._touched_job(action)
             memo_key = (details[job], shared, relative_action(world, action, job))
-            answer = steps.answers.get(memo_key)
+            answer = answers.get(memo_key)
             if answer is not None:
                 part, _detail, added, findings, got = answer
                 if added:
@@ -897,12 +899,17 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                     new_abandoned = abandoned_key
                 new_parts = [part if j == job else parts[j] for j in jobs]
                 key = (now, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), new_abandoned)
-                checking = steps.should_check()
-                if key in visited and not checking:
+                checking = check_every and steps.should_check()
+                if not checking and key in visited:
                     if got:
-                        reached.update(got)
-                    broken = [inv.name for inv in step_invariants if inv.name in findings and inv.name not in known]
-                    yield action, None, key, broken
+                        for name, count in got.items():
+                            reached[name] += count
+                    if findings:
+                        yield action, None, key, [
+                            inv.name for inv in step_invariants if inv.name in findings and inv.name not in known
+                        ]
+                    else:
+                        yield action, None, key, no_findings
                     continue
         child = world.clone(history=False)
         child.apply(action)

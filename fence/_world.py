@@ -359,6 +359,10 @@ class World:
         return actions
 
     def enabled_actions(self) -> list[Action]:
+        cache = self._enabled_cache
+        if cache is None:  # every kind at once, into the cache ``enabled`` keeps
+            self._enabled_cache = cache = {kind: enabled(self) for kind, enabled in _ENABLED.items()}
+            return [action for actions in cache.values() for action in actions]
         return [action for kind in ACTION_KINDS for action in self.enabled(kind)]
 
     def _can_reserve(self, job: str) -> bool:
