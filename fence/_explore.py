@@ -920,7 +920,8 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                 findings, got = facts_of(child)
                 fresh = child.clone(history=False)
                 fresh.job_memo = {}
-                if child_key != key or findings or got or job_details(fresh, jobs) != details:
+                again = {j: steps.intern(d) for j, d in job_details(fresh, jobs).items()}
+                if child_key != key or findings or got or again != details:
                     raise MemoMismatch(f"the tick memo answered {action} differently from the model")
             for j in jobs:
                 child.job_memo[DETAIL + j] = details[j]

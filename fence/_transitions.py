@@ -202,25 +202,34 @@ def _abandoned_by(world: World, job: str) -> frozenset:
 
 
 class StepMemo:
-    """Job-local transitions, memoised: (detail, context, relative step) -> what the step did."""
+    """Job-local transitions, memoised: (detail, context, relative step) -> what the step did.
+
+    Details are held by number (``intern``): equal numbers, equal details.
+    """
 
     def __init__(self, check_every: int = 0) -> None:
         self.answers: dict[tuple, tuple] = {}
+        self.numbers: dict[tuple, int] = {}
+        """Each distinct detail seen, and its number (``intern``)."""
         self.check_every = check_every
         self.hits = 0
         self.checks = 0
 
-    def details(self, world: World) -> dict[str, tuple]:
-        """The world's per-job details, kept in ``World.job_memo`` until a step touches the job."""
+    def intern(self, detail: tuple) -> int:
+        """A detail's number: one per distinct detail, so memo keys hash a number, not a deep tuple."""
+        number = self.numbers.get(detail)
+        if number is None:
+            number = self.numbers[detail] = len(self.numbers)
+        return number
+
+    def details(self, world: World) -> dict[str, int]:
+        """The world's per-job details (by number), kept in ``World.job_memo`` until a step touches the job."""
         memo = world.job_memo
         missing = [job for job in world.jobs if DETAIL + job not in memo]
         if missing:
             for job, detail in job_details(world, missing).items():
-                memo[DETAIL + job] = detail
+                memo[DETAIL + job] = self.intern(detail)
         return {job: memo[DETAIL + job] for job in world.jobs}
-
-    def lookup(self, memo_key: tuple) -> tuple | None:
-        return self.answers.get(memo_key)
 
     def learn(self, memo_key: tuple, job: str, parent: World, child: World, findings: tuple, reached: dict) -> tuple:
         """Remember what the step from ``parent`` to ``child`` (applied for real) did to ``job``."""
@@ -229,7 +238,7 @@ class StepMemo:
         part = child.job_memo.get(job)
         if part is None:
             part = _job_parts(child, [job])[job]
-        detail = job_details(child, [job])[job]
+        detail = self.intern(job_details(child, [job])[job])
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
         answer = (part, detail, added, findings, reached)
@@ -246,7 +255,7 @@ class StepMemo:
         fresh.job_memo = {}
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
-        real = (_job_parts(fresh, [job])[job], job_details(fresh, [job])[job], added, findings, reached)
+        real = (_job_parts(fresh, [job])[job], self.intern(job_details(fresh, [job])[job]), added, findings, reached)
         if real != answer:
             names = ("key part", "detail", "abandon promises", "findings", "dangers reached")
             differ = [n for n, a, b in zip(names, answer, real) if a != b]
