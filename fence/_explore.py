@@ -1421,7 +1421,8 @@ def _level_worker(pipe, setup) -> None:
             # (the invariants its first transition broke are in already_found) and not sent again.
             sent.update(found_elsewhere)
             frontier = [
-                (node, waiting[key] if handed is None else pickle.loads(handed)) for node, key, handed in to_take_up
+                (node, waiting[key] if handed is None else _handed_over(pickle.loads(handed)))
+                for node, key, handed in to_take_up
             ]
             waiting = {}
             drain_found: dict[str, int] = {}
@@ -1467,6 +1468,14 @@ def _level_worker(pipe, setup) -> None:
             pipe.send((children, step_found, drain_found, transitions, reached, unsettled, stopped))
     except Exception:
         pipe.send(traceback.format_exc())
+
+
+def _handed_over(world: World) -> World:
+    """A world another worker made, less its memo details: they are numbers of that worker's memo."""
+    from fence._transitions import DETAIL
+
+    world.job_memo = {name: value for name, value in world.job_memo.items() if not name.startswith(DETAIL)}
+    return world
 
 
 def describe_bounds(found: Exploration) -> str:
