@@ -62,6 +62,18 @@ History, and why checking each transition is exact
     chosen steps). The same argument counts the "sometimes" dangers: each is
     counted by the transition that reaches it.
 
+The step memo (fence's own parts)
+    Most transitions lead to a state seen before, and most steps touch one
+    job. What a job-local step did (the job's new key part, abandon promises,
+    findings, dangers) is remembered under everything the world holds about
+    that job and the few shared readings the step makes (``fence._transitions``
+    says why that is complete), learned from the real clone and apply. A
+    transition into a visited key is then counted and judged from the memo
+    (``_memo_successors`` says why that judges it exactly); a new state is
+    still made by clone and apply. The drain judge puts a first half of a
+    drain together job by job the same way. ``explore(check_memo=n)`` takes
+    every n-th memoised answer the slow way too and raises on a difference.
+
 Invariant 6 (everything_settles), a teardown invariant
     is checked per reachable state by the model's own fault-free drain on a
     clone: ``clone(history=False).drain()``, then the invariant's check, exactly
