@@ -583,7 +583,7 @@ class Unfaithful(Exception):
 class FaithfulnessCheck:
     """Tests, on the run, that a user's plug-ins can be explored by copying and keying.
 
-    The generic path copies worlds with ``copy.deepcopy`` and merges states by
+    The generic path deep-copies the user's parts of a world (``World._generic_clone``) and merges states by
     ``generic_state_key``, which trusts the plug-ins' ``snapshot()``. Neither is
     taken on faith. For the first ``NEW_STATES`` transitions that reach a state
     and the first ``MERGES`` that reach a state seen before, the path (and, for

@@ -6,9 +6,11 @@ ledger's own accounting was believed, an inherited clone() dropped a
 subclass's state.
 """
 
+from dataclasses import dataclass, field
+
 import pytest
 
-from fence import Decision, Evidence, Policy, TicketService
+from fence import AttemptState, Decision, Evidence, Guards, Policy, TicketService
 from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
 from fence._invariants import BY_NAME
 from fence._ledger import Move
@@ -92,6 +94,51 @@ def test_a_subclass_is_copied_whole_not_through_its_inherited_clone():
     copy = world.clone(history=False)
     assert type(copy.destination) is ExtraState and copy.destination.asked == 5
     assert copy.destination is not world.destination
+
+
+@dataclass(frozen=True)
+class AnswerKeepsTheDestination(Evidence):
+    """A user's answer that keeps the destination it was asked at, to act on it later."""
+
+    destination: object = None
+    register: object = None
+    """The destination's own bound method (the proxy hands it out): a reference past the proxy."""
+
+
+@dataclass(frozen=True)
+class ActsInDecide(Policy):
+    name: str = "acts-in-decide"
+    guards: Guards = field(default_factory=lambda: Guards(fence=True, witness=True))
+
+    def probe(self, destination, reservation):
+        return AnswerKeepsTheDestination(
+            key_exists=destination.lookup(reservation.key),
+            destination=destination,
+            register=destination.register,
+        )
+
+
+def test_a_copied_answer_acts_on_the_copys_destination_and_observer():
+    """A user's answer pointing at the destination points, in a copy, at the copy's.
+
+    The generic copy deep-copies only the user's parts, with fence's parts mapped
+    to their copies: acting through a copied answer must change the copy's
+    destination and observer, never the original's (nor a detached third one).
+    """
+    world = World(ActsInDecide(), EXPLORER_BOUND)
+    for action in (Reserve("job1"), Start("job1#1"), Crash("job1#1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1")):
+        world.apply(action)
+    copy = world.clone(history=False)
+    answer = copy.evidence[0]["job1/r1"]
+    answer.destination.abandon_unless_committed("job1#1")
+    assert copy.destination.attempt_state("job1#1") is AttemptState.ABANDONED
+    assert "job1#1" in copy.observer.abandoned
+    assert world.destination.attempt_state("job1#1") is not AttemptState.ABANDONED
+    assert "job1#1" not in world.observer.abandoned
+    assert answer.destination is copy.janitors[0].destination  # the copy's proxy, not a third one
+    answer.register("job9#1", "job9")  # past the proxy, straight at the destination
+    assert copy.destination.attempt_state("job9#1") is not None
+    assert world.destination.attempt_state("job9#1") is None
 
 
 class ForgetsAfterTwoLookups(TicketService):
