@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fence import AttemptState, Decision, Evidence, Guards, Policy, TicketService
+from fence import AttemptState, CommitResult, Decision, Evidence, Guards, Policy, TicketService
 from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
 from fence._invariants import BY_NAME
 from fence._ledger import Move
@@ -157,6 +157,37 @@ def test_state_outside_the_snapshot_is_detected_not_trusted():
     """The faithfulness check stops the walk and says why; nothing is proved."""
     found = explore(POLICIES["reconcile"], EXPLORER_BOUND, destination_factory=ForgetsAfterTwoLookups)
     assert found.unfaithful and "snapshot()" in found.unfaithful
+    assert all(item.outcome.value != "proved" for item in found.results.values())
+
+
+class CountsRefusals(TicketService):
+    """Stops finding tickets once it has refused a commit: a counter outside snapshot().
+
+    A refused commit leaves no trace fence keys on once its worker has crashed,
+    so the state after "second attempt's commit refused, then it crashed" and
+    after "second attempt crashed before committing" share one key yet answer a
+    lookup differently. Such merges are ten or more steps deep: a check of the
+    walk's first 600 transitions alone (as the check once was) never meets one.
+    """
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.refusals = 0
+
+    def commit(self, attempt_id, key, payload):
+        result = super().commit(attempt_id, key, payload)
+        if result is not CommitResult.WRITTEN:
+            self.refusals += 1
+        return result
+
+    def lookup(self, key):
+        return False if self.refusals else super().lookup(key)
+
+
+def test_a_snapshot_fault_deep_in_the_walk_is_sampled_and_caught():
+    """The faithfulness check samples the whole walk, not just its shallow start."""
+    found = explore(POLICIES["fenced"], EXPLORER_BOUND, destination_factory=CountsRefusals)
+    assert found.unfaithful and found.unfaithful.startswith("two states with one key"), found.unfaithful
     assert all(item.outcome.value != "proved" for item in found.results.values())
 
 
