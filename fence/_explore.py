@@ -839,17 +839,27 @@ def _judge(
             actions.append(action)
         return actions[::-1]
 
+    # A violation counts only once its path, replayed from scratch on fresh
+    # plug-ins, breaks the invariant again: one that does not is a copy or a merge
+    # the plug-ins did not support (or a plug-in that is not deterministic), so
+    # the walk stands behind nothing, that cell included.
+    violations: dict[str, InvariantResult] = {}
     for inv in invariants:
         if inv.name in found:
             node, action = found[inv.name]
             actions = path_to(node) + ([action] if action is not None else [])
-            result.results[inv.name] = InvariantResult(
-                inv,
-                Outcome.VIOLATED,
-                _counterexample(policy, config, inv, actions, destination_factory, ledger_factory),
-                depth=len(actions),
-            )
-        elif out_of_budget is not None:
+            counterexample = _counterexample(policy, config, inv, actions, destination_factory, ledger_factory)
+            if counterexample is None:
+                result.unfaithful = result.unfaithful or (
+                    f"the walk's path to a {inv.name} violation ({_describe(actions)}) does not break it "
+                    "when replayed from scratch; " + _unfaithful_fix()
+                )
+                continue
+            violations[inv.name] = InvariantResult(inv, Outcome.VIOLATED, counterexample, depth=len(actions))
+    for inv in invariants:
+        if inv.name in violations:
+            result.results[inv.name] = violations[inv.name]
+        elif out_of_budget is not None or result.unfaithful:
             result.results[inv.name] = InvariantResult(inv, Outcome.UNDETERMINED)
         else:
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
@@ -1010,10 +1020,11 @@ def _drain_order_key(message) -> tuple:
     return (message.kind._value_, message.attempt, message.result._value_ if message.result else "")
 
 
-def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample:
+def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample | None:
+    """The walk's path to a violation, replayed from scratch; None if the replay does not break ``inv``."""
     replayed = replay_actions(policy, config, actions, inv, destination_factory, ledger_factory)
-    if replayed is None:  # the model is not deterministic (a destination with a mind of its own)
-        raise AssertionError(f"the explorer's path for {inv.name} does not replay: {actions}")
+    if replayed is None:
+        return None
     return Counterexample(
         policy.name,
         config,

@@ -191,6 +191,28 @@ def test_a_snapshot_fault_deep_in_the_walk_is_sampled_and_caught():
     assert all(item.outcome.value != "proved" for item in found.results.values())
 
 
+class ForgetsItsWitnessWhenCopied(TicketService):
+    """A deep copy keeps the tickets but loses every attempt's witness entry (abandoned ones too)."""
+
+    def __deepcopy__(self, memo):
+        other = ForgetsItsWitnessWhenCopied(self.guards)
+        other._effects = list(self._effects)
+        return other
+
+
+def test_a_violation_that_does_not_replay_is_not_reported_as_one():
+    """A walk on copies that lose state finds a duplicate that never happens from scratch.
+
+    With the faithfulness check turned off, nothing else stands in the way: the
+    replay of each violation's path must, and the walk says it stands behind
+    nothing (it used to stop with an AssertionError).
+    """
+    found = explore(POLICIES["abandon-fenced"], EXPLORER_BOUND, destination_factory=ForgetsItsWitnessWhenCopied,
+                    faithfulness=(0, 0))
+    assert found.unfaithful and "does not break it when replayed from scratch" in found.unfaithful
+    assert {item.outcome.value for item in found.results.values()} == {"undetermined"}
+
+
 def test_the_worker_table_refuses_a_move_it_does_not_list_and_draws_itself():
     """Every phase's moves come from WORKER_TRANSITIONS; anything else is an IllegalMove naming the phase."""
     assert next_phase(Phase.COMMIT_SENT, WorkerMove.HEAR_ACCEPTED) is Phase.ACKED
