@@ -899,7 +899,11 @@ class World:
         other.config = self.config
         other.observer = self.observer.copy(findings=history)
         memo: dict[int, object] = {id(self): other, id(self.observer): other.observer}
-        users: dict[str, object] = {"evidence": self.evidence}
+        users: dict[str, object] = {}
+        if all(type(held) is Evidence for answers in self.evidence for held in answers.values()):
+            other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
+        else:
+            users["evidence"] = self.evidence
         if type(self.destination) is TicketService:
             other.destination = memo[id(self.destination)] = self.destination.clone()
         else:
@@ -919,7 +923,6 @@ class World:
         janitors = self.janitors
         memo[id(janitors[0].destination)] = observed
         copied = copy.deepcopy(users, memo)
-        other.evidence = copied.pop("evidence")
         for name, part in copied.items():
             setattr(other, name, part)
         observed.__init__(other.destination, other.observer)

@@ -141,6 +141,35 @@ def test_a_copied_answer_acts_on_the_copys_destination_and_observer():
     assert world.destination.attempt_state("job9#1") is None
 
 
+class KeepsMoreThanValues(TicketService):
+    """A subclass with a mutable attribute of its own, and a mutable object in fence's own records."""
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.calls: list[str] = []
+
+    def register(self, attempt_id, key):
+        self.calls.append(attempt_id)
+        return super().register(attempt_id, key)
+
+
+def test_a_deep_copy_of_a_subclass_shares_nothing_it_could_change():
+    """fence's records are copied one level only while they hold immutable values; the rest deep."""
+    import copy
+
+    original = KeepsMoreThanValues(POLICIES["abandon-fenced"].guards)
+    original.register("job1#1", "job1")
+    original._first_payload["job1"] = ["a", "mutable", "payload"]  # not a value: copied deep
+    copied = copy.deepcopy(original)
+    copied.register("job1#2", "job1")
+    copied._first_payload["job1"].append("changed")
+    copied.abandon_unless_committed("job1#1")
+    assert original.calls == ["job1#1"] and copied.calls == ["job1#1", "job1#2"]
+    assert original._first_payload["job1"] == ["a", "mutable", "payload"]
+    assert original.attempt_state("job1#1") is AttemptState.IN_FLIGHT
+    assert type(copied) is KeepsMoreThanValues
+
+
 class ForgetsAfterTwoLookups(TicketService):
     """Keeps a counter outside its snapshot(): two states with one key answer differently later."""
 
