@@ -110,6 +110,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import random
 import re
 import time
 from collections import Counter
@@ -357,7 +358,7 @@ def generic_state_key(world: World) -> tuple:
     network = tuple(sorted(
         (m.kind.value, m.attempt, m.result.value if m.result else "")
         for m in world.network
-        if not (m.kind is MessageKind.ACK and world.attempts[m.attempt].phase is not Phase.COMMIT_SENT)
+        if not _answer_nobody_waits_for(world, m.kind._value_, m.attempt)
     ))
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
@@ -390,6 +391,18 @@ def generic_state_key(world: World) -> tuple:
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
+
+
+def _answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
+    """Is a message of ``kind`` (its value) to ``attempt`` an answer that attempt no longer waits for?
+
+    Its arrival changes nothing, so the generic key leaves it out, and the
+    FaithfulnessCheck does not compare what two merged worlds say when it arrives.
+    """
+    return kind == _ACK and world.attempts[attempt].phase is not Phase.COMMIT_SENT
+
+
+_ACK = MessageKind.ACK.value
 
 
 def _held_token(found) -> object:
@@ -618,8 +631,6 @@ class FaithfulnessCheck:
     WALKS = 2
 
     def __init__(self, policy, config, destination_factory, ledger_factory, parents) -> None:
-        import random
-
         self.policy, self.config = policy, config
         self.destination_factory, self.ledger_factory = destination_factory, ledger_factory
         self.parents = parents
@@ -693,8 +704,6 @@ class FaithfulnessCheck:
         return world
 
     def _compare(self, one: World, other: World, what: str) -> None:
-        import random
-
         self.checks += 1
         chooser = random.Random(self.checks)
         _same_answers(one, other, what)
@@ -712,7 +721,7 @@ class FaithfulnessCheck:
                 # An answer reaching a worker that no longer waits for one changes
                 # nothing, and the key leaves it out (both keys drop it), so the two
                 # worlds may hold different such answers: only the state after it counts.
-                unheard = _answer_nobody_waits_for(a, action)
+                unheard = action.kind == "deliver" and _answer_nobody_waits_for(a, action.message, action.attempt)
                 said_a, said_b = a.apply(action).sentence, b.apply(action).sentence
                 if said_a != said_b and not unheard:
                     raise Unfaithful(
@@ -726,14 +735,6 @@ class FaithfulnessCheck:
                     )
             if walk == 0:  # once more after some steps: a hidden counter may need them to show
                 _same_answers(a, b, f"{what}, after the same steps,")
-
-
-def _answer_nobody_waits_for(world: World, action: Action) -> bool:
-    """Is ``action`` the delivery of an answer to an attempt that is no longer waiting for it?"""
-    return (
-        action.kind == "deliver" and action.message == MessageKind.ACK.value
-        and world.attempts[action.attempt].phase is not Phase.COMMIT_SENT
-    )
 
 
 def _plugin_answers(world: World) -> list[tuple]:
