@@ -15,3 +15,42 @@ def copy_frozen_value(value, memo: dict, own_type: type):
     for name, field_value in vars(value).items():
         object.__setattr__(clone, name, copy.deepcopy(field_value, memo))
     return clone
+
+
+def copy_with_records(part, memo: dict, records: frozenset[str], values: frozenset[type]):
+    """A deep copy of fence's ledger or destination, or of a user's subclass of either.
+
+    ``records`` are the attributes where fence keeps its state (dicts and lists);
+    while they hold only ``values`` (immutable, exactly those types) they are
+    copied one level, which is all a deep copy would do to them, only faster;
+    an attribute that is itself such a value (or a str, number, bool, None) is shared.
+    Everything else, and every attribute a subclass adds, is deep-copied. A
+    class with ``__slots__`` (state outside ``__dict__``) gets the standard deep copy.
+    """
+    cls = type(part)
+    if any("__slots__" in vars(klass) for klass in cls.__mro__[:-1]):
+        return copy._reconstruct(part, memo, *part.__reduce_ex__(4))
+    other = object.__new__(cls)
+    memo[id(part)] = other
+    for name, value in part.__dict__.items():
+        if type(value) in values or type(value) in _ATOMIC:
+            other.__dict__[name] = value  # immutable: a deep copy would be itself
+        elif name in records and _holds_only(value, values):
+            other.__dict__[name] = value.copy()
+        else:
+            other.__dict__[name] = copy.deepcopy(value, memo)
+    if "_shared" in part.__dict__:
+        other.__dict__["_shared"] = False  # its records are its own
+    return other
+
+
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+
+
+def _holds_only(container, values: frozenset[type]) -> bool:
+    kind = type(container)
+    if kind is dict:
+        return all(type(k) is str for k in container) and all(type(v) in values for v in container.values())
+    if kind is list:
+        return all(type(v) in values for v in container)
+    return False

@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from fence._copying import copy_frozen_value
+from fence._copying import copy_frozen_value, copy_with_records
 from fence._errors import WitnessRequired
 
 
@@ -201,6 +201,12 @@ class TicketService:
         return list(self._effects)
 
     # -- helpers -----------------------------------------------------------------
+    def __deepcopy__(self, memo: dict) -> TicketService:
+        # The explorer deep-copies a user's subclass (never through an inherited
+        # clone(), which knows only these records): the records, which hold only
+        # immutable values, are copied one level; whatever the subclass adds is deep-copied.
+        return copy_with_records(self, memo, _RECORDS, _RECORD_VALUES)
+
     def clone(self) -> TicketService:
         """An independent copy in the same state, copied on write.
 
@@ -227,3 +233,7 @@ class TicketService:
             tuple((e.key, e.attempt_id, e.payload) for e in self._effects),
             tuple(sorted((a, s.value) for a, s in self._attempts.items())),
         )
+
+
+_RECORDS = frozenset({"_effects", "_first_payload", "_attempts"})
+_RECORD_VALUES = frozenset({str, Effect, AttemptState, Guards})

@@ -122,6 +122,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import random
 import re
 import time
 from collections import Counter
@@ -369,7 +370,7 @@ def generic_state_key(world: World) -> tuple:
     network = tuple(sorted(
         (m.kind.value, m.attempt, m.result.value if m.result else "")
         for m in world.network
-        if not (m.kind is MessageKind.ACK and world.attempts[m.attempt].phase is not Phase.COMMIT_SENT)
+        if not _answer_nobody_waits_for(world, m.kind._value_, m.attempt)
     ))
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
@@ -402,6 +403,18 @@ def generic_state_key(world: World) -> tuple:
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
+
+
+def _answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
+    """Is a message of ``kind`` (its value) to ``attempt`` an answer that attempt no longer waits for?
+
+    Its arrival changes nothing, so the generic key leaves it out, and the
+    FaithfulnessCheck does not compare what two merged worlds say when it arrives.
+    """
+    return kind == _ACK and world.attempts[attempt].phase is not Phase.COMMIT_SENT
+
+
+_ACK = MessageKind.ACK.value
 
 
 def _held_token(found) -> object:
@@ -564,6 +577,14 @@ def explore(
             break
     finally:
         long_lived.close()
+    # The sampled checks stand behind a proof; a walk cut short proves nothing, and
+    # its violations are replayed from scratch anyway (``_counterexample``).
+    if faithfulness is not None and out_of_budget is None:
+        try:
+            faithfulness.finish()
+        except Unfaithful as problem:
+            result.unfaithful = str(problem)
+            out_of_budget = "unfaithful"
     result.depth = depth
     result.states = len(parents)
     result.exhausted = out_of_budget is None and not frontier
@@ -608,10 +629,10 @@ class Unfaithful(Exception):
 class FaithfulnessCheck:
     """Tests, on the run, that a user's plug-ins can be explored by copying and keying.
 
-    The generic path copies worlds with ``copy.deepcopy`` and merges states by
+    The generic path deep-copies the user's parts of a world (``World._generic_clone``) and merges states by
     ``generic_state_key``, which trusts the plug-ins' ``snapshot()``. Neither is
-    taken on faith. For the first ``NEW_STATES`` transitions that reach a state
-    and the first ``MERGES`` that reach a state seen before, the path (and, for
+    taken on faith. ``NEW_STATES`` transitions that reach a new state and
+    ``MERGES`` that reach a state seen before are checked: the path (and, for
     a merge, the first path to that key as well) is replayed from scratch on
     fresh plug-ins, and then the same actions are taken on both worlds for a few
     steps: the sentences (which carry every answer) and the fingerprints must be
@@ -619,6 +640,14 @@ class FaithfulnessCheck:
     states that answer differently later), or a plug-in that is not
     deterministic is reported with the step where the worlds parted, and the
     walk stops: ``Exploration.unfaithful`` says why, and no invariant is proved.
+
+    Which transitions: a quarter of each budget goes to the walk's first
+    transitions (a fault near the root stops the walk early), the rest to a
+    uniform sample of all the others, drawn as the walk goes (reservoir
+    sampling, seeded, so a run repeats) and checked when it ends (``finish``).
+    Breadth first, the first transitions are all shallow; a fault that shows
+    only deep in the walk (a third attempt, a late clock) is as likely to be
+    sampled as any other.
     """
 
     NEW_STATES = 200
@@ -631,25 +660,60 @@ class FaithfulnessCheck:
         self.destination_factory, self.ledger_factory = destination_factory, ledger_factory
         self.parents = parents
         self.new_states = self.merges = 0
+        """Transitions seen so far of each kind."""
         self.checks = 0
+        self._sampler = random.Random(1)
+        self._sampled_new: list[tuple[int, tuple[int, Action, World]]] = []
+        self._sampled_merges: list[tuple[int, tuple[int, Action, int]]] = []
 
     def after_transition(self, node: int, action: Action, child: World, seen_as: int | None) -> None:
         if seen_as is None:
-            if self.new_states >= self.NEW_STATES:
-                return
             self.new_states += 1
-            path = self._path_to(node) + [action]
-            self._compare(child, self._fresh(path), f"a copy of the world after {_describe(path)}")
+            if self.new_states <= self.NEW_STATES // 4:
+                self._check_new(node, action, child)
+            else:
+                # The walk never changes a world it has made (each step is taken on a
+                # copy), so the child can wait here to be checked at the end.
+                self._sample(self._sampled_new, self.NEW_STATES - self.NEW_STATES // 4,
+                             self.new_states, (node, action, child))
         else:
-            if self.merges >= self.MERGES:
-                return
             self.merges += 1
-            path = self._path_to(node) + [action]
-            first = self._path_to(seen_as)
-            self._compare(
-                self._fresh(first), self._fresh(path),
-                f"two states with one key (after {_describe(first)} and after {_describe(path)})",
-            )
+            if self.merges <= self.MERGES // 4:
+                self._check_merge(node, action, seen_as)
+            else:
+                self._sample(self._sampled_merges, self.MERGES - self.MERGES // 4,
+                             self.merges, (node, action, seen_as))
+
+    def _sample(self, reservoir: list, size: int, seen: int, item: tuple) -> None:
+        """Keep ``item`` with the chance that leaves each candidate so far equally likely to be kept."""
+        if size <= 0:
+            return
+        if len(reservoir) < size:
+            reservoir.append((seen, item))
+            return
+        slot = self._sampler.randrange(seen)
+        if slot < size:
+            reservoir[slot] = (seen, item)
+
+    def finish(self) -> None:
+        """Check the sampled transitions, in the order the walk took them."""
+        for _, (node, action, child) in sorted(self._sampled_new, key=lambda entry: entry[0]):
+            self._check_new(node, action, child)
+        for _, (node, action, seen_as) in sorted(self._sampled_merges, key=lambda entry: entry[0]):
+            self._check_merge(node, action, seen_as)
+        self._sampled_new, self._sampled_merges = [], []
+
+    def _check_new(self, node: int, action: Action, child: World) -> None:
+        path = self._path_to(node) + [action]
+        self._compare(child, self._fresh(path), f"a copy of the world after {_describe(path)}")
+
+    def _check_merge(self, node: int, action: Action, seen_as: int) -> None:
+        path = self._path_to(node) + [action]
+        first = self._path_to(seen_as)
+        self._compare(
+            self._fresh(first), self._fresh(path),
+            f"two states with one key (after {_describe(first)} and after {_describe(path)})",
+        )
 
     def _path_to(self, node: int) -> list[Action]:
         actions: list[Action] = []
@@ -665,8 +729,6 @@ class FaithfulnessCheck:
         return world
 
     def _compare(self, one: World, other: World, what: str) -> None:
-        import random
-
         self.checks += 1
         chooser = random.Random(self.checks)
         _same_answers(one, other, what)
@@ -681,8 +743,12 @@ class FaithfulnessCheck:
                 if not enabled:
                     break
                 action = chooser.choice(enabled)
+                # An answer reaching a worker that no longer waits for one changes
+                # nothing, and the key leaves it out (both keys drop it), so the two
+                # worlds may hold different such answers: only the state after it counts.
+                unheard = action.kind == "deliver" and _answer_nobody_waits_for(a, action.message, action.attempt)
                 said_a, said_b = a.apply(action).sentence, b.apply(action).sentence
-                if said_a != said_b:
+                if said_a != said_b and not unheard:
                     raise Unfaithful(
                         f"{what} answer differently to {action.to_dict()}: '{said_a}' vs '{said_b}'; "
                         + _unfaithful_fix()
@@ -799,17 +865,27 @@ def _judge(
             actions.append(action)
         return actions[::-1]
 
+    # A violation counts only once its path, replayed from scratch on fresh
+    # plug-ins, breaks the invariant again: one that does not is a copy or a merge
+    # the plug-ins did not support (or a plug-in that is not deterministic), so
+    # the walk stands behind nothing, that cell included.
+    violations: dict[str, InvariantResult] = {}
     for inv in invariants:
         if inv.name in found:
             node, action = found[inv.name]
             actions = path_to(node) + ([action] if action is not None else [])
-            result.results[inv.name] = InvariantResult(
-                inv,
-                Outcome.VIOLATED,
-                _counterexample(policy, config, inv, actions, destination_factory, ledger_factory),
-                depth=len(actions),
-            )
-        elif out_of_budget is not None:
+            counterexample = _counterexample(policy, config, inv, actions, destination_factory, ledger_factory)
+            if counterexample is None:
+                result.unfaithful = result.unfaithful or (
+                    f"the walk's path to a {inv.name} violation ({_describe(actions)}) does not break it "
+                    "when replayed from scratch; " + _unfaithful_fix()
+                )
+                continue
+            violations[inv.name] = InvariantResult(inv, Outcome.VIOLATED, counterexample, depth=len(actions))
+    for inv in invariants:
+        if inv.name in violations:
+            result.results[inv.name] = violations[inv.name]
+        elif out_of_budget is not None or result.unfaithful:
             result.results[inv.name] = InvariantResult(inv, Outcome.UNDETERMINED)
         else:
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
@@ -1172,10 +1248,11 @@ def _drain_order_key(message) -> tuple:
     return (message.kind._value_, message.attempt, message.result._value_ if message.result else "")
 
 
-def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample:
+def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample | None:
+    """The walk's path to a violation, replayed from scratch; None if the replay does not break ``inv``."""
     replayed = replay_actions(policy, config, actions, inv, destination_factory, ledger_factory)
-    if replayed is None:  # the model is not deterministic (a destination with a mind of its own)
-        raise AssertionError(f"the explorer's path for {inv.name} does not replay: {actions}")
+    if replayed is None:
+        return None
     return Counterexample(
         policy.name,
         config,

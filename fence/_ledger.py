@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from fence._copying import copy_frozen_value
+from fence._copying import copy_frozen_value, copy_with_records
 from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
 
 
@@ -190,6 +190,12 @@ class Ledger:
         self._shared = False
         """True while this ledger's dicts may be another's too (``copy``): copied before a move."""
 
+    def __deepcopy__(self, memo: dict) -> Ledger:
+        # The explorer deep-copies a user's subclass (never through copy(), which
+        # knows only these records): the records, which hold only immutable
+        # values, are copied one level; whatever the subclass adds is deep-copied.
+        return copy_with_records(self, memo, _RECORDS, _RECORD_VALUES)
+
     def copy(self) -> Ledger:
         """An independent ledger in the same state, copied on write.
 
@@ -287,3 +293,7 @@ class Ledger:
             (r.reservation_id, r.owner, r.deadline, r.state.value)
             for r in self._reservations.values()
         )
+
+
+_RECORDS = frozenset({"_reservations", "_current_by_key", "_count_by_key", "units_freed"})
+_RECORD_VALUES = frozenset({str, int, Reservation})

@@ -754,8 +754,9 @@ class World:
 
         The field-by-field copy knows what fence's own ledger, destination, policies
         and evidence hold. Anything else (a user's subclass, extra state, a policy
-        whose evidence points at the destination) is copied whole, in one
-        ``copy.deepcopy`` so that references between the parts stay consistent.
+        whose evidence points at the destination) is deep-copied, all of the
+        user's parts in one ``copy.deepcopy`` so that references between them and
+        into fence's parts stay consistent (``_generic_clone``).
         """
         return (
             type(self.destination) is TicketService
@@ -850,42 +851,35 @@ class World:
         """An independent copy of this world.
 
         fence's own parts are copied field by field, much faster than
-        ``copy.deepcopy``; a world with a user's ledger, destination or policy is
-        deep-copied whole (``fast_copy_is_faithful``). The policy of the fast path is
-        shared (fence's policies are frozen and keep nothing). With
+        ``copy.deepcopy``; a world with a user's ledger, destination or policy
+        takes ``_generic_clone`` (``fast_copy_is_faithful``). The policy of the
+        fast path is shared (fence's policies are frozen and keep nothing). With
         ``history=False`` the copy starts with no trace and no findings or danger
         counts, while keeping the observer's present state: the explorer judges
         each transition on what that transition alone adds.
         """
-        own_policy = type(self.policy) in FENCE_POLICY_TYPES
-        if not own_policy and any(type(held) is not Evidence for answers in self.evidence for held in answers.values()):
-            # A user's answer objects may point at the destination: everything is
-            # copied in one deepcopy, so such references stay inside the copy.
-            return self._deep_clone(history)
+        if not self.fast_copy_is_faithful():
+            return self._generic_clone(history)
         other = World.__new__(World)
-        # A user's policy is copied on its own (its answers held here are fence's
-        # Evidence values, which point at nothing); the faithfulness check tests it.
-        other.policy = self.policy if own_policy else copy.deepcopy(self.policy)
+        other.policy = self.policy
         other.config = self.config
-        # fence's own parts copy themselves; a user's are deep-copied (never their own clone(),
-        # which a subclass may inherit and which then copies only what the base class knows).
-        if type(self.destination) is TicketService:
-            other.destination = self.destination.clone()
-        else:
-            other.destination = copy.deepcopy(self.destination)
-        if type(self.ledger) is Ledger:
-            other.ledger = self.ledger.copy()
-        else:
-            other.ledger = copy.deepcopy(self.ledger)
+        other.destination = self.destination.clone()
+        other.ledger = self.ledger.copy()
         other.observer = self.observer.copy(findings=history)
         other._janitors = None  # made on first use (see ``janitors``)
+        self._copy_worker_side(other, history)
+        other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
+        other.job_memo = dict(self.job_memo)  # values computed from the state the copy shares
+        return other
+
+    def _copy_worker_side(self, other: World, history: bool) -> None:
+        """Copy the fields only fence keeps (clock, attempts, network, queues, trace) into ``other``."""
         other.now = self.now
         other.jobs = self.jobs  # never mutated
         other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
         other.attempts_used = dict(self.attempts_used)
         other.retry_queue = list(self.retry_queue)
         other.network = list(self.network)  # Message is frozen
-        other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
         other.owner_of_reservation = dict(self.owner_of_reservation)
         other.follow_ups = list(self.follow_ups)
         other.trace = list(self.trace) if history else []
@@ -895,22 +889,55 @@ class World:
         # before it changes anything, so the lists themselves are never changed).
         cache = self._enabled_cache
         other._enabled_cache = dict(cache) if cache is not None else None
-        other.job_memo = dict(self.job_memo)  # values computed from the state the copy shares
-        return other
 
-    def _deep_clone(self, history: bool) -> World:
-        trace, cache = self.trace, self._enabled_cache
-        self.trace, self._enabled_cache = [], None  # the trace is history; the cache is rebuilt
-        try:
-            other = copy.deepcopy(self)
-        finally:
-            self.trace, self._enabled_cache = trace, cache
-        other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
-        if history:
-            other.trace = list(trace)
+    def _generic_clone(self, history: bool) -> World:
+        """The copy of a world with a user's ledger, destination or policy.
+
+        fence's own parts are copied by their own rules, as on the fast path. The
+        user's parts (policy, destination, ledger, and the answers the janitors
+        hold, which a user's policy made) are copied in one ``copy.deepcopy``
+        whose memo already maps each of fence's parts a user's object can point
+        at (the world, its destination and ledger, the observer, and the
+        destination as the policy sees it) to that part's copy. So a reference
+        from a user's object into fence's parts, or from one user's part to
+        another, lands inside the copy, exactly as with a deepcopy of the whole
+        world, without copying fence's parts object by object. Whether the
+        copy is faithful is what the explorer's ``FaithfulnessCheck`` tests.
+        """
+        other = World.__new__(World)
+        other.config = self.config
+        other.observer = self.observer.copy(findings=history)
+        memo: dict[int, object] = {id(self): other, id(self.observer): other.observer}
+        users: dict[str, object] = {}
+        if all(type(held) is Evidence for answers in self.evidence for held in answers.values()):
+            other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
         else:
-            # In place: answers the policy handed out may hold the copied observer's proxy.
-            other.observer.forget_findings()
+            users["evidence"] = self.evidence
+        if type(self.destination) is TicketService:
+            other.destination = memo[id(self.destination)] = self.destination.clone()
+        else:
+            users["destination"] = self.destination
+        if type(self.ledger) is Ledger:
+            other.ledger = memo[id(self.ledger)] = self.ledger.copy()
+        else:
+            users["ledger"] = self.ledger
+        if type(self.policy) in FENCE_POLICY_TYPES:
+            other.policy = self.policy  # frozen, keeps nothing
+        else:
+            users["policy"] = self.policy
+        # The policy sees the destination through the janitors' proxy (and may keep
+        # it in an answer): the copy's proxy stands in for it, its destination set
+        # once the destination is copied.
+        observed = ObservedDestination.__new__(ObservedDestination)
+        janitors = self.janitors
+        memo[id(janitors[0].destination)] = observed
+        copied = copy.deepcopy(users, memo)
+        for name, part in copied.items():
+            setattr(other, name, part)
+        observed.__init__(other.destination, other.observer)
+        other._janitors = [Janitor(other.ledger, observed, other.policy) for _ in janitors]
+        self._copy_worker_side(other, history)
+        other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
         return other
 
     def fingerprint(self) -> tuple:

@@ -6,9 +6,11 @@ ledger's own accounting was believed, an inherited clone() dropped a
 subclass's state.
 """
 
+from dataclasses import dataclass, field
+
 import pytest
 
-from fence import Decision, Evidence, Policy, TicketService
+from fence import AttemptState, CommitResult, Decision, Evidence, Guards, Policy, TicketService
 from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
 from fence._invariants import BY_NAME
 from fence._ledger import Move
@@ -94,6 +96,80 @@ def test_a_subclass_is_copied_whole_not_through_its_inherited_clone():
     assert copy.destination is not world.destination
 
 
+@dataclass(frozen=True)
+class AnswerKeepsTheDestination(Evidence):
+    """A user's answer that keeps the destination it was asked at, to act on it later."""
+
+    destination: object = None
+    register: object = None
+    """The destination's own bound method (the proxy hands it out): a reference past the proxy."""
+
+
+@dataclass(frozen=True)
+class ActsInDecide(Policy):
+    name: str = "acts-in-decide"
+    guards: Guards = field(default_factory=lambda: Guards(fence=True, witness=True))
+
+    def probe(self, destination, reservation):
+        return AnswerKeepsTheDestination(
+            key_exists=destination.lookup(reservation.key),
+            destination=destination,
+            register=destination.register,
+        )
+
+
+def test_a_copied_answer_acts_on_the_copys_destination_and_observer():
+    """A user's answer pointing at the destination points, in a copy, at the copy's.
+
+    The generic copy deep-copies only the user's parts, with fence's parts mapped
+    to their copies: acting through a copied answer must change the copy's
+    destination and observer, never the original's (nor a detached third one).
+    """
+    world = World(ActsInDecide(), EXPLORER_BOUND)
+    for action in (Reserve("job1"), Start("job1#1"), Crash("job1#1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1")):
+        world.apply(action)
+    copy = world.clone(history=False)
+    answer = copy.evidence[0]["job1/r1"]
+    answer.destination.abandon_unless_committed("job1#1")
+    assert copy.destination.attempt_state("job1#1") is AttemptState.ABANDONED
+    assert "job1#1" in copy.observer.abandoned
+    assert world.destination.attempt_state("job1#1") is not AttemptState.ABANDONED
+    assert "job1#1" not in world.observer.abandoned
+    assert answer.destination is copy.janitors[0].destination  # the copy's proxy, not a third one
+    answer.register("job9#1", "job9")  # past the proxy, straight at the destination
+    assert copy.destination.attempt_state("job9#1") is not None
+    assert world.destination.attempt_state("job9#1") is None
+
+
+class KeepsMoreThanValues(TicketService):
+    """A subclass with a mutable attribute of its own, and a mutable object in fence's own records."""
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.calls: list[str] = []
+
+    def register(self, attempt_id, key):
+        self.calls.append(attempt_id)
+        return super().register(attempt_id, key)
+
+
+def test_a_deep_copy_of_a_subclass_shares_nothing_it_could_change():
+    """fence's records are copied one level only while they hold immutable values; the rest deep."""
+    import copy
+
+    original = KeepsMoreThanValues(POLICIES["abandon-fenced"].guards)
+    original.register("job1#1", "job1")
+    original._first_payload["job1"] = ["a", "mutable", "payload"]  # not a value: copied deep
+    copied = copy.deepcopy(original)
+    copied.register("job1#2", "job1")
+    copied._first_payload["job1"].append("changed")
+    copied.abandon_unless_committed("job1#1")
+    assert original.calls == ["job1#1"] and copied.calls == ["job1#1", "job1#2"]
+    assert original._first_payload["job1"] == ["a", "mutable", "payload"]
+    assert original.attempt_state("job1#1") is AttemptState.IN_FLIGHT
+    assert type(copied) is KeepsMoreThanValues
+
+
 class ForgetsAfterTwoLookups(TicketService):
     """Keeps a counter outside its snapshot(): two states with one key answer differently later."""
 
@@ -111,6 +187,59 @@ def test_state_outside_the_snapshot_is_detected_not_trusted():
     found = explore(POLICIES["reconcile"], EXPLORER_BOUND, destination_factory=ForgetsAfterTwoLookups)
     assert found.unfaithful and "snapshot()" in found.unfaithful
     assert all(item.outcome.value != "proved" for item in found.results.values())
+
+
+class CountsRefusals(TicketService):
+    """Stops finding tickets once it has refused a commit: a counter outside snapshot().
+
+    A refused commit leaves no trace fence keys on once its worker has crashed,
+    so the state after "second attempt's commit refused, then it crashed" and
+    after "second attempt crashed before committing" share one key yet answer a
+    lookup differently. Such merges are ten or more steps deep: a check of the
+    walk's first 600 transitions alone (as the check once was) never meets one.
+    """
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.refusals = 0
+
+    def commit(self, attempt_id, key, payload):
+        result = super().commit(attempt_id, key, payload)
+        if result is not CommitResult.WRITTEN:
+            self.refusals += 1
+        return result
+
+    def lookup(self, key):
+        return False if self.refusals else super().lookup(key)
+
+
+def test_a_snapshot_fault_deep_in_the_walk_is_sampled_and_caught():
+    """The faithfulness check samples the whole walk, not just its shallow start."""
+    found = explore(POLICIES["fenced"], EXPLORER_BOUND, destination_factory=CountsRefusals)
+    assert found.unfaithful and found.unfaithful.startswith("two states with one key"), found.unfaithful
+    assert all(item.outcome.value != "proved" for item in found.results.values())
+
+
+class ForgetsItsWitnessWhenCopied(TicketService):
+    """A deep copy keeps the tickets but loses every attempt's witness entry (abandoned ones too)."""
+
+    def __deepcopy__(self, memo):
+        other = ForgetsItsWitnessWhenCopied(self.guards)
+        other._effects = list(self._effects)
+        return other
+
+
+def test_a_violation_that_does_not_replay_is_not_reported_as_one():
+    """A walk on copies that lose state finds a duplicate that never happens from scratch.
+
+    With the faithfulness check turned off, nothing else stands in the way: the
+    replay of each violation's path must, and the walk says it stands behind
+    nothing (it used to stop with an AssertionError).
+    """
+    found = explore(POLICIES["abandon-fenced"], EXPLORER_BOUND, destination_factory=ForgetsItsWitnessWhenCopied,
+                    faithfulness=(0, 0))
+    assert found.unfaithful and "does not break it when replayed from scratch" in found.unfaithful
+    assert {item.outcome.value for item in found.results.values()} == {"undetermined"}
 
 
 def test_the_worker_table_refuses_a_move_it_does_not_list_and_draws_itself():

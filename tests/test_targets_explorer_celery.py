@@ -99,7 +99,7 @@ def _snapshot_without_time(module, monkeypatch):
 CAUGHT = {
     # mutation: (row, how it is caught)
     # every load makes the deliveries new: a lease never runs out, the drain never settles, and that
-    # "violation" does not replay on a fresh database, so the explorer raises instead of reporting it
+    # "violation" does not replay on a fresh database, so it is not reported: the walk is unfaithful
     _forget_delivery_times: ("celery+guard", "does not replay"),
     _forget_the_queues: ("celery", "unfaithful"),
     _snapshot_without_time: ("celery+guard", "unfaithful"),
@@ -113,13 +113,14 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, celery
     row, how = CAUGHT[mutation]
     storage = TARGETS[row].open(redis_url)
     try:
-        if how == "does not replay":
-            with pytest.raises(AssertionError, match="does not replay"):
-                explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
-            return
         found = explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
     finally:
         storage.close()
+    if how == "does not replay":
+        # Neither reported as a violation nor proved (this once raised an AssertionError instead).
+        assert found.unfaithful is not None and "does not break it when replayed from scratch" in found.unfaithful
+        assert found.outcome() is Outcome.UNDETERMINED
+        return
     assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
     assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
     assert found.outcome() is not Outcome.PROVED
