@@ -107,11 +107,11 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.redis import Mutex, MutexHeld
 
 from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorable, Restorer
-from fence.backends import ModelStorage
+from fence._restore import Restorer
 from fence.guard import Guard
+from fence.targets._common import TargetLedger, TargetStorage
 
 TICK_SECONDS = 600.0
 """How much of Redis time one model tick is."""
@@ -349,7 +349,7 @@ class _Delivery:
     deadline: float
 
 
-class CeleryLedger(Restorable):
+class CeleryLedger(TargetLedger):
     """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc).
 
     Restorable (``fence._restore``): its copies share the session (its client
@@ -451,27 +451,8 @@ class CeleryLedger(Restorable):
             return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
         return S.UNUSED  # restored to its queue, or rejected
 
-    def _reservation(self, delivery: _Delivery) -> Reservation:
-        return Reservation(delivery.reservation_id, delivery.key, delivery.owner, delivery.deadline,
-                           self._state(delivery))
-
-    def get(self, reservation_id: str) -> Reservation:
-        return self._reservation(self._deliveries[reservation_id])
-
-    def reservations(self) -> list[Reservation]:
-        return [self._reservation(d) for d in self._deliveries.values()]
-
-    def current(self, key: str) -> Reservation | None:
-        mine = [d for d in self._deliveries.values() if d.key == key]
-        return self._reservation(mine[-1]) if mine else None
-
-    @property
-    def held(self) -> int:
-        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.held
+    def _records(self) -> dict[str, _Delivery]:
+        return self._deliveries
 
     def expired(self, now: float | None = None) -> list[Reservation]:
         """The reservations whose tag restore_visible's query lists, still unacked under them."""
@@ -740,13 +721,16 @@ class Session:
                 self.client.close()
 
 
-class CeleryStorage(ModelStorage):
+class CeleryStorage(TargetStorage):
     """World factories on celery and Redis: each world starts on an emptied Redis database.
 
     The destination is fence's in-memory one (``ModelStorage('memory:')``): the
     task's ticket is a write there. Like ``ModelStorage``, one world at a time
     lives on it.
     """
+
+    LEDGER = CeleryLedger
+    WHAT = "a celery target"
 
     def __init__(self, url: str, *, guarded: bool) -> None:
         if not url.startswith(("redis://", "unix://")):
@@ -755,28 +739,7 @@ class CeleryStorage(ModelStorage):
         self.guarded = guarded
         # Guarded, kombu's own restore must never beat the recovery (see recover_expired);
         # as shipped, the janitor's channel gets the visibility timeout of the runs' lease.
-        self.session = Session(url, visibility_timeout=NEVER_WITHIN_A_RUN if guarded else 3600)
-
-    def __reduce__(self):
-        raise TypeError("a celery target's storage lives in the process that opened it")
-
-    def _fresh(self) -> None:
-        if not self._half_given:
-            self.session.empty()
-        super()._fresh()
-
-    def ledger_factory(self, capacity: int) -> CeleryLedger:
-        self._fresh()
-        return CeleryLedger(self.session, capacity, guarded=self.guarded)
-
-    def versions(self) -> dict[str, str]:
-        return self.session.versions()
-
-    def close(self) -> None:
-        try:
-            self.session.close()
-        finally:
-            super().close()
+        self._open_session(lambda: Session(url, visibility_timeout=NEVER_WITHIN_A_RUN if guarded else 3600))
 
 
 __all__ = [

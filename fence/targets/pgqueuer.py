@@ -87,11 +87,11 @@ from pgqueuer.domain.models import TracebackRecord
 from pgqueuer.queries import EntrypointExecutionParameter
 
 from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorable, Restorer
-from fence.backends import ModelStorage
+from fence._restore import Restorer
 from fence.guard import Guard, GuardedAttempt
+from fence.targets._common import TargetLedger, TargetStorage
 
 TICK_SECONDS = 60.0
 """How much of the database's clock one model tick is."""
@@ -322,7 +322,7 @@ class _Pick:
     deadline: float
 
 
-class PgqueuerLedger(Restorable):
+class PgqueuerLedger(TargetLedger):
     """fence.Ledger's interface on pgqueuer's queue table (see the module doc).
 
     Restorable (``fence._restore``): its copies share the session, each with its
@@ -441,26 +441,8 @@ class PgqueuerLedger(Restorable):
             return S.OUTCOME_UNKNOWN if self.guarded else S.UNUSED
         return S.UNUSED  # queued or failed: not this pick's any more
 
-    def _reservation(self, pick: _Pick) -> Reservation:
-        return Reservation(pick.reservation_id, pick.key, pick.owner, pick.deadline, self._state(pick))
-
-    def get(self, reservation_id: str) -> Reservation:
-        return self._reservation(self._picks[reservation_id])
-
-    def reservations(self) -> list[Reservation]:
-        return [self._reservation(p) for p in self._picks.values()]
-
-    def current(self, key: str) -> Reservation | None:
-        mine = [p for p in self._picks.values() if p.key == key]
-        return self._reservation(mine[-1]) if mine else None
-
-    @property
-    def held(self) -> int:
-        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.held
+    def _records(self) -> dict[str, _Pick]:
+        return self._picks
 
     def expired(self, now: float | None = None) -> list[Reservation]:
         """The reservations whose row stale_jobs lists, with their queue manager still on it."""
@@ -651,7 +633,7 @@ class Session:
             self.loop.close()
 
 
-class PgqueuerStorage(ModelStorage):
+class PgqueuerStorage(TargetStorage):
     """World factories on pgqueuer: each world starts on empty pgqueuer tables.
 
     The destination is fence's own SQL destination on the same database, in a
@@ -659,37 +641,15 @@ class PgqueuerStorage(ModelStorage):
     there. Like ``ModelStorage``, one world at a time lives on it.
     """
 
+    LEDGER = PgqueuerLedger
+    WHAT = "a pgqueuer target"
+
     def __init__(self, url: str, *, guarded: bool) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise BackendError(f"{url!r}: pgqueuer runs on PostgreSQL; give a postgresql:// URL")
         super().__init__(url, namespace="fence_targets_pgqueuer")
         self.guarded = guarded
-        try:
-            self.session = Session(url)
-        except BaseException:
-            super().close()  # the destination's store is open already
-            raise
-
-    def __reduce__(self):
-        raise TypeError("a pgqueuer target's storage lives in the process that opened it")
-
-    def _fresh(self) -> None:
-        if not self._half_given:
-            self.session.empty()
-        super()._fresh()
-
-    def ledger_factory(self, capacity: int) -> PgqueuerLedger:
-        self._fresh()
-        return PgqueuerLedger(self.session, capacity, guarded=self.guarded)
-
-    def versions(self) -> dict[str, str]:
-        return self.session.versions()
-
-    def close(self) -> None:
-        try:
-            self.session.close()
-        finally:
-            super().close()
+        self._open_session(lambda: Session(url))
 
 
 __all__ = [

@@ -61,11 +61,11 @@ from procrastinate import exceptions as procrastinate_errors
 from procrastinate import jobs as procrastinate_jobs
 
 from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorable, Restorer
-from fence.backends import ModelStorage
+from fence._restore import Restorer
 from fence.guard import Guard
+from fence.targets._common import TargetLedger, TargetStorage
 
 TICK_SECONDS = 60.0
 """How much of the database's clock one model tick is."""
@@ -268,7 +268,7 @@ class _Fetch:
     deadline: float
 
 
-class ProcrastinateLedger(Restorable):
+class ProcrastinateLedger(TargetLedger):
     """fence.Ledger's interface on procrastinate's job table (see the module doc).
 
     Restorable (``fence._restore``): its copies share the session, each with its
@@ -348,26 +348,8 @@ class ProcrastinateLedger(Restorable):
             return S.CONFIRMED_EXISTING if self._finished_by.get(job.id) in EXISTING_FINISHES else S.CONFIRMED
         return S.UNUSED  # todo (given back by retry_job), failed, aborted, cancelled
 
-    def _reservation(self, fetch: _Fetch) -> Reservation:
-        return Reservation(fetch.reservation_id, fetch.key, fetch.owner, fetch.deadline, self._state(fetch))
-
-    def get(self, reservation_id: str) -> Reservation:
-        return self._reservation(self._fetches[reservation_id])
-
-    def reservations(self) -> list[Reservation]:
-        return [self._reservation(f) for f in self._fetches.values()]
-
-    def current(self, key: str) -> Reservation | None:
-        mine = [f for f in self._fetches.values() if f.key == key]
-        return self._reservation(mine[-1]) if mine else None
-
-    @property
-    def held(self) -> int:
-        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
-
-    @property
-    def free(self) -> int:
-        return self.capacity - self.held
+    def _records(self) -> dict[str, _Fetch]:
+        return self._fetches
 
     def expired(self, now: float | None = None) -> list[Reservation]:
         """The reservations whose job get_stalled_jobs lists, with their worker still on it."""
@@ -571,7 +553,7 @@ class Session:
             self.loop.close()
 
 
-class ProcrastinateStorage(ModelStorage):
+class ProcrastinateStorage(TargetStorage):
     """World factories on procrastinate: each world starts on empty procrastinate tables.
 
     The destination is fence's own SQL destination on the same database, in a
@@ -579,33 +561,15 @@ class ProcrastinateStorage(ModelStorage):
     Like ``ModelStorage``, one world at a time lives on it.
     """
 
+    LEDGER = ProcrastinateLedger
+    WHAT = "a procrastinate target"
+
     def __init__(self, url: str, *, guarded: bool) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
             raise BackendError(f"{url!r}: procrastinate runs on PostgreSQL; give a postgresql:// URL")
         super().__init__(url, namespace="fence_targets")
         self.guarded = guarded
-        self.session = Session(url)
-
-    def __reduce__(self):
-        raise TypeError("a procrastinate target's storage lives in the process that opened it")
-
-    def _fresh(self) -> None:
-        if not self._half_given:
-            self.session.empty()
-        super()._fresh()
-
-    def ledger_factory(self, capacity: int) -> ProcrastinateLedger:
-        self._fresh()
-        return ProcrastinateLedger(self.session, capacity, guarded=self.guarded)
-
-    def versions(self) -> dict[str, str]:
-        return self.session.versions()
-
-    def close(self) -> None:
-        try:
-            self.session.close()
-        finally:
-            super().close()
+        self._open_session(lambda: Session(url))
 
 
 __all__ = [
