@@ -237,6 +237,28 @@ def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrasti
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("row", ["procrastinate", "pgqueuer"])
+def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, postgres_url, procrastinate_module, monkeypatch):
+    """A target storage opens fence's destination tables, then its job system's session; if the
+    session fails, the tables' connection is closed before the error goes on (not leaked)."""
+    import importlib
+
+    from fence.backends import ModelStorage
+
+    module = importlib.import_module(TARGETS[row].storage.partition(":")[0])
+    closed = []
+    real_close = ModelStorage.close
+    monkeypatch.setattr(ModelStorage, "close", lambda self: (closed.append(self.store), real_close(self)))
+
+    def no_session(*_args, **_kwargs):
+        raise RuntimeError("the job system refused the session")
+
+    monkeypatch.setattr(module, "Session", no_session)
+    with pytest.raises(RuntimeError, match="refused the session"):
+        _storage(row, postgres_url)
+    assert len(closed) == 1 and closed[0] is not None
+
+
 @pytest.mark.slow
 def test_cli_targets_prints_both_rows_and_replays_what_it_found(postgres_url, procrastinate_module, tmp_path):
     """fence targets --profile quick: the shipped row violated with replayed counterexamples, the guarded row proved, exit 0."""
