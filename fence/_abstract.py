@@ -196,9 +196,11 @@ class AbstractWalk:
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
         self.concrete: dict[tuple, list] = {}
-        """(job, detail, context) -> the job's (rank, job index, relative action, action): made once."""
+        """(job, detail, context) -> the job's [rank, job index, relative action, action, move]: made
+        once, with each step's ``move`` filled in once the step memo has it (the memo key is the
+        detail, the context and the relative action, all fixed for the list)."""
         self.tick_actions: dict[int, list] = {}
-        """The clock -> its ticks, as (rank, -1, None, action)."""
+        """The clock -> its ticks, as [rank, -1, None, action, None]."""
         self.readings: dict[int, tuple[int, bool]] = {}
         """``readings_key`` -> (the job's live writers, whether it has messages in flight)."""
         self.meant: dict[int | str, tuple[str, tuple]] = {}
@@ -209,8 +211,6 @@ class AbstractWalk:
         self.part_numbers: dict[tuple, int] = {}
         self.parts_by_number: list[tuple] = []
         """Each distinct key part seen, and its number (``number``)."""
-        self.moves: dict[tuple, tuple] = {}
-        """The step memo's answers with the part by number (``move``)."""
         self.tick_moves: dict[tuple, int] = {}
         """The tick memo's answers by part number: (part, clock, tick) -> part."""
         self.built: list[Entry] = []
@@ -238,8 +238,7 @@ class AbstractWalk:
         if answer is None:
             return None
         part, detail, added, findings, got, after = answer
-        move = self.moves[memo_key] = (self.number(part), detail, added, findings, got, after)
-        return move
+        return (self.number(part), detail, added, findings, got, after)
 
     def entry_of(self, world: World, parent, action, job, relative) -> Entry:
         from fence._explore import state_key
@@ -276,7 +275,7 @@ class AbstractWalk:
         shared = _transitions.context(world)
         for job, detail in zip(self.jobs, details):
             self.enabled[enabled_key(detail, shared)] = tuple(item[:3] for item in per_job[job])
-        self.tick_actions[world.now] = [(_TICK_RANK, -1, None, action) for *_, action in per_job[None]]
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for *_, action in per_job[None]]
         return per_job
 
     def world_of(self, entry: Entry) -> World:
@@ -315,7 +314,7 @@ class AbstractWalk:
 
     # -- the walk ------------------------------------------------------------------------------
     def actions_of(self, entry: Entry) -> list[tuple]:
-        """The entry's actions as (rank, job index, relative action or None for a tick, action)."""
+        """The entry's actions as [rank, job index, relative action or None for a tick, action, move or None]."""
         shared = entry.shared
         merged = self.tick_actions.get(shared[0])
         if merged is not None:
@@ -329,7 +328,8 @@ class AbstractWalk:
                         merged = None
                         break
                     mine = concrete[(job, detail, shared)] = [
-                        (rank, index, relative, _concrete(job, relative, janitor)) for rank, relative, janitor in learned
+                        [rank, index, relative, _concrete(job, relative, janitor), None]
+                        for rank, relative, janitor in learned
                     ]
                 merged += mine
         if merged is None:
@@ -345,7 +345,7 @@ class AbstractWalk:
         per_job = self.learn_enabled_view(world)
         answered = {job: [] for job in self.jobs}
         answered[None] = []
-        for _rank, index, relative, action in sorted(merged, key=_by_rank):
+        for _rank, index, relative, action, _move in sorted(merged, key=_by_rank):
             answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
         if answered != per_job:
             raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")
@@ -375,12 +375,13 @@ class AbstractWalk:
         memos answer builds no World.
         """
         steps = self.steps
-        moves, check_every = self.moves, steps.check_every
+        check_every = steps.check_every
         tick_moves = self.tick_moves
         symmetry = self.symmetry
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
-        for _rank, index, relative, action in self.actions_of(entry):
+        for item in self.actions_of(entry):
+            _rank, index, relative, action, answer = item
             key = None
             checking = False
             if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
@@ -404,10 +405,8 @@ class AbstractWalk:
                 continue
             job = self.jobs[index]
             self.last_meant = (job, relative) if action.kind in JANITOR_KINDS else None
-            memo_key = (details[index], shared, relative)
-            answer = moves.get(memo_key)
             if answer is None:
-                answer = self.move(memo_key)
+                answer = item[4] = self.move((details[index], shared, relative))
             if answer is not None:
                 part, detail, added, findings, got, after = answer
                 if added:
@@ -430,6 +429,7 @@ class AbstractWalk:
                                       after, None, entry, action, job, relative)
                         yield action, child, key, self.judge_new(child, findings, known)
                     continue
+            memo_key = (details[index], shared, relative)
             yield self.real_step(entry, index, job, relative, action, memo_key,
                                  steps.answers.get(memo_key), checking, key, visited, known, reached)
 
@@ -487,10 +487,51 @@ class AbstractWalk:
         broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
         if child_key in visited:
             return action, None, child_key, broken
+        if checking:  # before entry_of learns this World's readings: judge it as the memos would
+            self.check_judgement(entry, index, action, answer, child, broken, known)
         made = self.entry_of(child, entry, action, job, relative)
         if checking and (made.details, made.shared, made.abandoned) != self.abstract_child(entry, index, action, answer):
             raise MemoMismatch(f"the memos' state after {action} differs from the model's")
         return action, made, child_key, broken
+
+    def check_judgement(self, entry: Entry, index, action: Action, answer, child: World, broken: list,
+                        known) -> None:
+        """Judge the new state ``child`` as the memos would (readings, step invariants, drain) and compare.
+
+        With ``check_every`` every memoised step is taken for real, so the abstract
+        judgement of a new state is made here, beside the real one, to be checked.
+        """
+        details, shared, abandoned = self.abstract_child(entry, index, action, answer)
+        if index is None:
+            parts = self.tick_move(entry.parts, entry.shared[0], action.by)
+        else:
+            parts = entry.parts[:index] + (self.number(answer[0]),) + entry.parts[index + 1:]
+        readings = [self.readings.get(readings_key(detail)) for detail in details]
+        if None in readings:
+            return
+        writers = Counter(handle.partition("#")[0] for handle in child.live_writers())
+        flying = {m.attempt.partition("#")[0] for m in child.network}
+        real = [(writers[job], job in flying) for job in self.jobs]
+        if readings != real:
+            raise MemoMismatch(f"the readings memo answered {readings} after {action}, the World {real}")
+        findings = answer[3] if index is not None else ()
+        mine = set(self.judge_new(None, findings, known, readings))
+        if mine != set(broken):
+            raise MemoMismatch(f"the memos judged {sorted(mine)} broken after {action}, the World {sorted(broken)}")
+        judge = self.judge_drain
+        if judge.invariants:
+            now, _draining, free, held = shared
+            answer, _learn = judge.lookup(
+                list(details), self.jobs, now, free, held, abandoned, any(reading[1] for reading in readings),
+                lambda: (now, tuple(self.parts_by_number[part] for part in parts), abandoned),
+            )
+            if answer is not None:
+                from fence._explore import _DrainJudge
+
+                real_answer = _DrainJudge(judge.invariants)(child.clone(history=False))
+                if real_answer != answer:
+                    raise MemoMismatch(f"the drain judge's memos answered {answer} after {action}, "
+                                       f"the drain {real_answer}")
 
     def abstract_child(self, entry: Entry, index, action: Action, answer) -> tuple:
         """(details, context, abandon promises) of a child as the memos give them (for a check)."""
@@ -501,17 +542,20 @@ class AbstractWalk:
         abandoned = tuple(sorted(set(entry.abandoned).union(job + i for i in added))) if added else entry.abandoned
         return entry.details[:index] + (detail,) + entry.details[index + 1:], after, abandoned
 
-    def judge_new(self, child: Entry, findings: tuple, known) -> list[str]:
-        """The step invariants a transition into the new state ``child`` broke, without its World."""
+    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
+        """The step invariants a transition into the new state ``child`` broke, without its World.
+
+        The findings the step recorded, and invariant 3's present: more live writers than
+        units, summed over the jobs' readings (``readings``, else the memo's for ``child``).
+        """
         broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
         name = self.present_judged
         if name is not None and name not in known and name not in broken:
-            if self.live_writers(child) > self.capacity:
+            if readings is None:
+                readings = self.readings_of(child)
+            if sum(reading[0] for reading in readings) > self.capacity:
                 broken.append(name)
         return broken
-
-    def live_writers(self, entry: Entry) -> int:
-        return sum(reading[0] for reading in self.readings_of(entry))
 
     def readings_of(self, entry: Entry) -> list[tuple[int, bool]]:
         readings = self.readings

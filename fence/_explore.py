@@ -543,7 +543,7 @@ def explore(
                     walk.meant_finding(name)
             if faithfulness is not None:
                 faithfulness.after_transition(node, action, child, visited.get(key))
-            if key in visited:
+            if child is None or key in visited:  # None: the memo answered a step into a visited state
                 continue
             child_node = len(parents)
             visited[key] = child_node
