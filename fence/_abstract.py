@@ -215,6 +215,7 @@ class AbstractWalk:
         """The tick memo's answers by part number: (part, clock, tick) -> part."""
         self.built: list[Entry] = []
         self.built_before: list[Entry] = []
+        judge_drain.number = self.number  # the drain judge's first-round keys by part number too
         self.root = self.entry_of(root, None, None, None, None)
         self.root.node = 0
         self.built = []  # the root keeps its World: every World can be built again from it
@@ -523,7 +524,7 @@ class AbstractWalk:
             now, _draining, free, held = shared
             answer, _learn = judge.lookup(
                 list(details), self.jobs, now, free, held, abandoned, any(reading[1] for reading in readings),
-                lambda: (now, tuple(self.parts_by_number[part] for part in parts), abandoned),
+                lambda: (now, parts, abandoned),
             )
             if answer is not None:
                 from fence._explore import _DrainJudge
@@ -596,8 +597,7 @@ class AbstractWalk:
             now, _draining, free, held = entry.shared
             answer, _learn = judge.lookup(
                 list(entry.details), self.jobs, now, free, held, entry.abandoned,
-                any(reading[1] for reading in readings),
-                lambda: (now, tuple(self.parts_by_number[part] for part in entry.parts), entry.abandoned),
+                any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
             )
             if answer is not None:
                 if self.steps.check_every and self.steps.should_check():

@@ -74,6 +74,14 @@ The step memo (fence's own parts)
     drain together job by job the same way. ``explore(check_memo=n)`` takes
     every n-th memoised answer the slow way too and raises on a difference.
 
+The abstract walk (one process, fence's own parts)
+    ``explore`` goes further (``fence._abstract``): a new state is held by its
+    readings (details, key parts, context, abandon promises) and expanded and
+    judged from memos learned from real Worlds (enabled actions per job, the
+    step memo, live writers per job, the drain judge); a World is built only
+    when one of them misses. Its keys name each part by a number. The workers
+    of ``explore_with_workers`` keep the path above.
+
 Invariant 6 (everything_settles), a teardown invariant
     is checked per reachable state by the model's own fault-free drain on a
     clone: ``clone(history=False).drain()``, then the invariant's check, exactly
@@ -543,7 +551,10 @@ def explore(
                     walk.meant_finding(name)
             if faithfulness is not None:
                 faithfulness.after_transition(node, action, child, visited.get(key))
-            if child is None or key in visited:  # None: the memo answered a step into a visited state
+            if walk is not None:
+                if child is None:  # the abstract walk yields None exactly for a state already visited
+                    continue
+            elif key in visited:
                 continue
             child_node = len(parents)
             visited[key] = child_node
@@ -1127,6 +1138,17 @@ class _DrainJudge:
         """The walk's step memo (``fence._transitions.StepMemo``), or None: see ``_from_memos``."""
         self.halves: dict[tuple, tuple] = {}
         """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
+        self.number: Callable[[tuple], int] | None = None
+        """The abstract walk's numbering of key parts (``fence._abstract``), or None: with it, the
+        first round's memo keys and ``halves`` name each part by its number (equal numbers,
+        equal parts), so a lookup hashes small integers."""
+
+    def first_round_key(self, key: tuple) -> tuple:
+        """A state key (without symmetry) as the first round's memo keys write it."""
+        number = self.number
+        if number is None:
+            return key
+        return (key[0], tuple([number(part) for part in key[1]]), key[2])
 
     def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
         """The answer for a fast world without draining it, if the memos have it.
@@ -1155,14 +1177,15 @@ class _DrainJudge:
         jobs = world.jobs
         return self.lookup(
             [details[job] for job in jobs], jobs, now, free, held, world.observer.abandoned, bool(world.network),
-            lambda: state_key(world),
+            lambda: self.first_round_key(state_key(world)),
         )
 
     def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
                in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, tuple | None]:
         """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
         order), the context, the abandon promises, whether messages are in flight, and (asked
-        only then) its key without symmetry. The explorer's abstract walk asks this with no world."""
+        only then) its key without symmetry as ``first_round_key`` writes it. The explorer's
+        abstract walk asks this with no world."""
         shared = (now, True, free, held)
         halves = self.halves
         found = [halves.get((detail, shared)) for detail in details]
@@ -1201,7 +1224,8 @@ class _DrainJudge:
         added_now = drained.observer.abandoned - abandoned_before
         for job in drained.jobs:
             added = tuple(sorted(i[cut[job]:] for i in added_now if i.partition("#")[0] == job))
-            self.halves[(details[job], shared)] = (drained.job_memo[job], stepped[job], added)
+            part = drained.job_memo[job]
+            self.halves[(details[job], shared)] = (self.number(part) if self.number else part, stepped[job], added)
 
     def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
         if not self.invariants:
@@ -1232,7 +1256,7 @@ class _DrainJudge:
             # on the way ends the first half where this one does. Such a state is
             # often another explored state (this one's child by that delivery).
             while drained.network:
-                key = (state_key(drained), self.FIRST_ROUND_DELIVERING)
+                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
                 answer = self.memo.get(key)
                 if answer is not None:
                     break
@@ -1246,7 +1270,7 @@ class _DrainJudge:
             if len(drained.trace) > steps:
                 if learn is not None:
                     self._learn_halves(learn, drained, steps)
-                key = (state_key(drained), self.FIRST_ROUND_HALFWAY)
+                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
                 answer = self.memo.get(key)
                 if answer is not None:
                     for key in seen:
