@@ -178,6 +178,22 @@ def _concrete(job: str, relative: tuple, janitor: int) -> Action:
 _BY_ATTEMPT = {"start": Start, "send_commit": SendCommit, "lose_ack": LoseAck, "confirm": Confirm, "crash": Crash}
 
 
+class PartNumbers:
+    """Key parts by number: one per distinct part, so keys hash small integers."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[tuple, int] = {}
+        self.parts: list[tuple] = []
+        """Each distinct part seen, at its number."""
+
+    def __call__(self, part: tuple) -> int:
+        number = self.numbers.get(part)
+        if number is None:
+            number = self.numbers[part] = len(self.parts)
+            self.parts.append(part)
+        return number
+
+
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
@@ -208,27 +224,20 @@ class AbstractWalk:
         invariant name -> the same of the janitor's step that broke it."""
         self.last_meant: tuple[str, tuple] | None = None
         """(job, relative action) of the janitor's step ``successors`` yielded last, else None."""
-        self.part_numbers: dict[tuple, int] = {}
-        self.parts_by_number: list[tuple] = []
-        """Each distinct key part seen, and its number (``number``)."""
+        self.number = PartNumbers()
+        self.parts_by_number = self.number.parts
         self.tick_moves: dict[tuple, int] = {}
         """The tick memo's answers by part number: (part, clock, tick) -> part."""
         self.built: list[Entry] = []
         self.built_before: list[Entry] = []
-        judge_drain.number = self.number  # the drain judge's first-round keys by part number too
+        # The drain judge's first-round keys by part number too (not a bound method of the
+        # walk, which holds the judge: a walk must leave no reference cycle, see _LongLived).
+        judge_drain.number = self.number
         self.root = self.entry_of(root, None, None, None, None)
         self.root.node = 0
         self.built = []  # the root keeps its World: every World can be built again from it
 
     # -- readings from real Worlds ---------------------------------------------------------
-    def number(self, part: tuple) -> int:
-        """A key part's number: one per distinct part."""
-        number = self.part_numbers.get(part)
-        if number is None:
-            number = self.part_numbers[part] = len(self.parts_by_number)
-            self.parts_by_number.append(part)
-        return number
-
     def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
         """The walk's state key: ``state_key``'s with each part by its number."""
         return (now, tuple(sorted(parts)) if self.symmetry else parts, abandoned)
