@@ -1265,6 +1265,14 @@ class _DrainJudge:
             if answer is not None:
                 for key in seen:
                     self.memo[key] = answer
+                if learn is not None:
+                    # The answer is known, but what this first half does to each job is not:
+                    # finish it (the steps a first half takes from here) only to learn that,
+                    # so that states sharing these jobs' details compose (``_from_memos``).
+                    while drained.network:
+                        drained._drain_deliver_next()
+                    drained._drain_worker_steps()
+                    self._learn_halves(learn, drained, steps)
                 return answer
             drained._drain_worker_steps()
             if len(drained.trace) > steps:
