@@ -74,6 +74,14 @@ The step memo (fence's own parts)
     drain together job by job the same way. ``explore(check_memo=n)`` takes
     every n-th memoised answer the slow way too and raises on a difference.
 
+The abstract walk (one process, fence's own parts)
+    ``explore`` goes further (``fence._abstract``): a new state is held by its
+    readings (details, key parts, context, abandon promises) and expanded and
+    judged from memos learned from real Worlds (enabled actions per job, the
+    step memo, live writers per job, the drain judge); a World is built only
+    when one of them misses. Its keys name each part by a number. The workers
+    of ``explore_with_workers`` keep the path above.
+
 Invariant 6 (everything_settles), a teardown invariant
     is checked per reachable state by the model's own fault-free drain on a
     clone: ``clone(history=False).drain()``, then the invariant's check, exactly
@@ -509,17 +517,26 @@ def explore(
     memo = _Memo(step_invariants, check_memo) if faithfulness is None and use_memo else None
     judge_drain = _DrainJudge(teardown_invariants, memo.steps if memo is not None and memo.usable else None)
 
-    def check_teardown(node: int, world: World) -> None:
+    walk = None
+    if memo is not None and memo.usable:
+        # fence's own parts with the built-in step invariants: new states are expanded and
+        # judged from the memos, a World built only when one misses (fence._abstract).
+        from fence._abstract import AbstractWalk
+
+        walk = AbstractWalk(memo, judge_drain, symmetry, step_invariants, root)
+        visited = {walk.key_of(0, walk.root.parts, walk.root.abandoned): 0}  # its keys name parts by number
+
+    def check_teardown(node: int, state) -> None:
         if all(inv.name in found for inv in teardown_invariants):
             return
-        broken, settled = judge_drain(world)
+        broken, settled = walk.judge_drain_of(state) if walk is not None else judge_drain(state)
         result.drains_unsettled += not settled
         for name in broken:
             found.setdefault(name, (node, None))
 
-    if memo is not None and memo.usable:
-        def successors(world: World):
-            return _memo_successors(world, symmetry, step_invariants, found, result.reached, visited, memo)
+    if walk is not None:
+        def successors(entry):
+            return walk.successors(entry, visited, found, result.reached)
     else:
         def successors(world: World):
             return _successors(world, symmetry, step_invariants, found, result.reached)
@@ -530,18 +547,26 @@ def explore(
             result.transitions += 1
             for name in broken:
                 found[name] = (node, action)
+                if walk is not None:
+                    walk.meant_finding(name)
             if faithfulness is not None:
                 faithfulness.after_transition(node, action, child, visited.get(key))
-            if key in visited:
+            if walk is not None:
+                if child is None:  # the abstract walk yields None exactly for a state already visited
+                    continue
+            elif key in visited:
                 continue
             child_node = len(parents)
             visited[key] = child_node
             parents.append((node, action))
+            if walk is not None:
+                walk.adopt(child, child_node)
             following.append((child_node, child))
             check_teardown(child_node, child)
 
-    check_teardown(0, root)
-    frontier: list[tuple[int, World]] = [(0, root)]
+    start = walk.root if walk is not None else root
+    check_teardown(0, start)
+    frontier: list = [(0, start)]
     depth = 0
     out_of_budget = None
     long_lived = _LongLived(faithfulness is None)  # fence's own parts only: they hold no cycles
@@ -569,6 +594,8 @@ def explore(
             else:
                 depth += 1
                 frontier = following
+                if walk is not None:
+                    walk.next_level()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -593,7 +620,8 @@ def explore(
     if faithfulness is not None:
         result.faithfulness_checks = faithfulness.checks
 
-    _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory)
+    _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory,
+           meant=walk.meant if walk is not None else None)
     return result
 
 
@@ -854,16 +882,28 @@ def _judge(
     out_of_budget: str | None,
     destination_factory,
     ledger_factory=None,
+    meant: dict[int, tuple] | None = None,
 ) -> None:
-    """A verdict per invariant, with the path to each violation replayed as a counterexample."""
+    """A verdict per invariant, with the path to each violation replayed as a counterexample.
+
+    ``meant`` (from the abstract walk, ``fence._abstract``): node -> what the janitor's
+    step into it was meant to do; such a step is translated to a janitor that can take it
+    on the replay.
+    """
     policy, config = result.policy, result.config
 
-    def path_to(node: int) -> list[Action]:
-        actions: list[Action] = []
+    def path_to(node: int, last: tuple[Action, tuple | None] | None) -> list[Action]:
+        steps: list[tuple[Action, tuple | None]] = [last] if last is not None else []
         while parents[node] is not None:
+            child = node
             node, action = parents[node]
-            actions.append(action)
-        return actions[::-1]
+            steps.append((action, meant.get(child) if meant else None))
+        steps.reverse()
+        if not meant:
+            return [action for action, _ in steps]
+        from fence._abstract import replayable
+
+        return replayable(World(policy, config, destination_factory, ledger_factory), steps)
 
     # A violation counts only once its path, replayed from scratch on fresh
     # plug-ins, breaks the invariant again: one that does not is a copy or a merge
@@ -873,7 +913,8 @@ def _judge(
     for inv in invariants:
         if inv.name in found:
             node, action = found[inv.name]
-            actions = path_to(node) + ([action] if action is not None else [])
+            last = (action, meant.get(inv.name) if meant else None) if action is not None else None
+            actions = path_to(node, last)
             counterexample = _counterexample(policy, config, inv, actions, destination_factory, ledger_factory)
             if counterexample is None:
                 result.unfaithful = result.unfaithful or (
@@ -980,7 +1021,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
             memo_key = (details[job], shared, relative_action(world, action, job))
             answer = answers.get(memo_key)
             if answer is not None:
-                part, _detail, added, findings, got = answer
+                part, _detail, added, findings, got, _context = answer
                 if added:
                     new_abandoned = tuple(sorted(abandoned | {job + i for i in added}))
                 else:
@@ -1097,6 +1138,17 @@ class _DrainJudge:
         """The walk's step memo (``fence._transitions.StepMemo``), or None: see ``_from_memos``."""
         self.halves: dict[tuple, tuple] = {}
         """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
+        self.number: Callable[[tuple], int] | None = None
+        """The abstract walk's numbering of key parts (``fence._abstract``), or None: with it, the
+        first round's memo keys and ``halves`` name each part by its number (equal numbers,
+        equal parts), so a lookup hashes small integers."""
+
+    def first_round_key(self, key: tuple) -> tuple:
+        """A state key (without symmetry) as the first round's memo keys write it."""
+        number = self.number
+        if number is None:
+            return key
+        return (key[0], tuple([number(part) for part in key[1]]), key[2])
 
     def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
         """The answer for a fast world without draining it, if the memos have it.
@@ -1122,15 +1174,25 @@ class _DrainJudge:
 
         details = self.steps.details(world)
         now, _, free, held = context(world)
-        shared = (now, True, free, held)
         jobs = world.jobs
+        return self.lookup(
+            [details[job] for job in jobs], jobs, now, free, held, world.observer.abandoned, bool(world.network),
+            lambda: self.first_round_key(state_key(world)),
+        )
+
+    def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
+               in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, tuple | None]:
+        """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
+        order), the context, the abandon promises, whether messages are in flight, and (asked
+        only then) its key without symmetry as ``first_round_key`` writes it. The explorer's
+        abstract walk asks this with no world."""
+        shared = (now, True, free, held)
         halves = self.halves
-        found = [halves.get((details[job], shared)) for job in jobs]
+        found = [halves.get((detail, shared)) for detail in details]
         learn = None
         if None in found:
-            learn = (details, shared, frozenset(world.observer.abandoned))
+            learn = (dict(zip(jobs, details)), shared, frozenset(abandoned))
         elif any(stepped for _part, stepped, _added in found):
-            abandoned = world.observer.abandoned
             if any(added for _part, _stepped, added in found):
                 abandoned = set(abandoned)
                 for job, (_part, _stepped, added) in zip(jobs, found):
@@ -1141,8 +1203,8 @@ class _DrainJudge:
             if answer is not None:
                 return answer, None
         # else the first half takes no step: no halfway key (see ``__call__``)
-        if world.network:
-            answer = self.memo.get((state_key(world), self.FIRST_ROUND_DELIVERING))
+        if in_flight:
+            answer = self.memo.get((own_key(), self.FIRST_ROUND_DELIVERING))
             if answer is not None:
                 return answer, None
         return None, learn
@@ -1162,7 +1224,8 @@ class _DrainJudge:
         added_now = drained.observer.abandoned - abandoned_before
         for job in drained.jobs:
             added = tuple(sorted(i[cut[job]:] for i in added_now if i.partition("#")[0] == job))
-            self.halves[(details[job], shared)] = (drained.job_memo[job], stepped[job], added)
+            part = drained.job_memo[job]
+            self.halves[(details[job], shared)] = (self.number(part) if self.number else part, stepped[job], added)
 
     def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
         if not self.invariants:
@@ -1193,7 +1256,7 @@ class _DrainJudge:
             # on the way ends the first half where this one does. Such a state is
             # often another explored state (this one's child by that delivery).
             while drained.network:
-                key = (state_key(drained), self.FIRST_ROUND_DELIVERING)
+                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
                 answer = self.memo.get(key)
                 if answer is not None:
                     break
@@ -1202,12 +1265,20 @@ class _DrainJudge:
             if answer is not None:
                 for key in seen:
                     self.memo[key] = answer
+                if learn is not None:
+                    # The answer is known, but what this first half does to each job is not:
+                    # finish it (the steps a first half takes from here) only to learn that,
+                    # so that states sharing these jobs' details compose (``_from_memos``).
+                    while drained.network:
+                        drained._drain_deliver_next()
+                    drained._drain_worker_steps()
+                    self._learn_halves(learn, drained, steps)
                 return answer
             drained._drain_worker_steps()
             if len(drained.trace) > steps:
                 if learn is not None:
                     self._learn_halves(learn, drained, steps)
-                key = (state_key(drained), self.FIRST_ROUND_HALFWAY)
+                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
                 answer = self.memo.get(key)
                 if answer is not None:
                     for key in seen:

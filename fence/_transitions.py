@@ -13,7 +13,8 @@ job-local step did is remembered under
 
 and a later step with the same three is answered from the memo: the job's new
 key part and detail, the identities the destination then promised to abandon,
-and the facts the step recorded (dangers reached, invariants with findings).
+the facts the step recorded (dangers reached, invariants with findings), and
+the context after it (read by the explorer's abstract walk, ``fence._abstract``).
 The answer always comes from running the real model once (``World.apply`` on
 a clone); nothing here restates a rule of the model.
 
@@ -241,7 +242,7 @@ class StepMemo:
         detail = self.intern(job_details(child, [job])[job])
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
-        answer = (part, detail, added, findings, reached)
+        answer = (part, detail, added, findings, reached, context(child))
         self.answers[memo_key] = answer
         return answer
 
@@ -255,9 +256,10 @@ class StepMemo:
         fresh.job_memo = {}
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
-        real = (_job_parts(fresh, [job])[job], self.intern(job_details(fresh, [job])[job]), added, findings, reached)
+        real = (_job_parts(fresh, [job])[job], self.intern(job_details(fresh, [job])[job]), added, findings, reached,
+                context(fresh))
         if real != answer:
-            names = ("key part", "detail", "abandon promises", "findings", "dangers reached")
+            names = ("key part", "detail", "abandon promises", "findings", "dangers reached", "context after")
             differ = [n for n, a, b in zip(names, answer, real) if a != b]
             raise MemoMismatch(
                 f"the step memo answered {memo_key[2]} on {job} differently from the model "

@@ -264,9 +264,12 @@ def test_the_step_memo_answers_as_the_model_does(name):
     """Every answer of the step, tick and drain memos, made again by the model itself, is the same.
 
     ``check_memo=1`` takes every memoised step for real as well and compares the
-    key part, detail, abandon promises, findings and dangers (fence._transitions),
-    and drains again without memo each state the drain judge answered from its memos;
-    the walk's figures equal those of a walk without the memos.
+    key part, detail, abandon promises, findings, dangers and context after
+    (fence._transitions), and drains again without memo each state the drain judge
+    answered from its memos; the abstract walk's memos (fence._abstract: enabled
+    actions, readings, the judgement of a new state, the drain judge asked on readings)
+    are compared with the World too; the walk's figures equal those of a walk without
+    the memos.
     """
     for config, symmetry in ((CI_BOUND, False), (ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=1), True)):
         checked = explore(POLICIES[name], config, symmetry=symmetry, check_memo=1)
@@ -311,6 +314,67 @@ def test_the_memo_check_catches_a_memo_key_that_leaves_something_out(monkeypatch
     with pytest.raises(MemoMismatch):
         explore(POLICIES["abandon-fenced"], ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2),
                 symmetry=True, check_memo=1, max_depth=12)
+
+
+@pytest.mark.parametrize("broken", ["enabled actions without the context", "live writers without the detail",
+                                    "context after a step left unchanged", "drain asked with job1's detail for all"])
+def test_the_memo_check_catches_an_abstract_walk_memo_that_leaves_something_out(monkeypatch, broken):
+    """The abstract walk's own memos (fence._abstract) are checked too: each, broken, is caught.
+
+    The drain's is broken for witness-fenced, whose drains do not all settle (with
+    every drain settling, a wrong key still gives the right answer).
+    """
+    from fence import _abstract, _transitions
+    from fence._transitions import MemoMismatch
+
+    policy = "abandon-fenced"
+    if broken == "drain asked with job1's detail for all":
+        policy = "witness-fenced"
+        whole_lookup = _DrainJudge.lookup
+
+        def one_detail(self, details, *rest):
+            return whole_lookup(self, details[:1] * len(details), *rest)
+
+        monkeypatch.setattr(_DrainJudge, "lookup", one_detail)
+    elif broken == "enabled actions without the context":
+        monkeypatch.setattr(_abstract, "enabled_key", lambda detail, shared: detail)
+    elif broken == "live writers without the detail":
+        monkeypatch.setattr(_abstract, "readings_key", lambda detail: 0)
+    else:
+        whole_learn = _transitions.StepMemo.learn
+
+        def keeps_the_parent_s_context(self, memo_key, job, parent, child, findings, reached):
+            answer = whole_learn(self, memo_key, job, parent, child, findings, reached)
+            answer = answer[:5] + (_transitions.context(parent),)
+            self.answers[memo_key] = answer
+            return answer
+
+        monkeypatch.setattr(_transitions.StepMemo, "learn", keeps_the_parent_s_context)
+    with pytest.raises(MemoMismatch):
+        explore(POLICIES[policy], ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2),
+                symmetry=True, check_memo=1, max_depth=12)
+
+
+@pytest.mark.parametrize("config", [ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2),
+                                    ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)])
+def test_a_violation_found_by_the_abstract_walk_replays_with_its_janitors_translated(config):
+    """The abstract walk records janitors' steps by what they do; its counterexamples replay from scratch.
+
+    A recorded step may name a janitor that, on the replayed World, holds a
+    different answer (or none): ``_judge`` translates it (fence._abstract.replayable).
+    The violations are those of the walk without memos, at the same depths.
+    """
+    for name in ("naive", "reconcile"):
+        fast = explore(POLICIES[name], config, symmetry=True, stop_when_all_violated=True)
+        plain = explore(POLICIES[name], config, symmetry=True, stop_when_all_violated=True, memo=False)
+        assert fast.unfaithful is None
+        assert {n: (i.outcome, i.depth) for n, i in fast.results.items()} == {
+            n: (i.outcome, i.depth) for n, i in plain.results.items()}
+        violated = [item for item in fast.results.values() if item.outcome is Outcome.VIOLATED]
+        assert violated
+        for item in violated:
+            assert item.counterexample.shortest_steps == item.depth
+            assert any(step.action.kind in ("scan", "probe", "settle") for step in item.counterexample.steps)
 
 
 def test_the_memoised_drain_judges_as_drain_does():
