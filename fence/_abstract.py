@@ -273,20 +273,26 @@ class AbstractWalk:
         for job, detail in zip(self.jobs, details):
             self.readings[readings_key(detail)] = (writers[job], job in flying)
 
-    def learn_enabled(self, world: World, details: tuple) -> dict[str, list]:
+    def actions_per_job(self, world: World) -> dict[str | None, list[tuple[Action, tuple | None]]]:
+        """The World's own actions after ``_up_to_janitors``, per job (None: the ticks), each with
+        its form relative to its job (None for a tick), in the World's order."""
         from fence._explore import _up_to_janitors
 
         per_job: dict[str | None, list] = {job: [] for job in self.jobs}
         per_job[None] = []
         for action in _up_to_janitors(world, world.enabled_actions()):
             job = world._touched_job(action)
-            relative = relative_action(world, action, job) if job is not None else None
-            per_job[job].append((_RANK[action.kind], relative, getattr(action, "janitor", 0), action))
+            per_job[job].append((action, relative_action(world, action, job) if job is not None else None))
+        return per_job
+
+    def learn_enabled(self, world: World, details: tuple) -> None:
+        per_job = self.actions_per_job(world)
         shared = _transitions.context(world)
         for job, detail in zip(self.jobs, details):
-            self.enabled[enabled_key(detail, shared)] = tuple(item[:3] for item in per_job[job])
-        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for *_, action in per_job[None]]
-        return per_job
+            self.enabled[enabled_key(detail, shared)] = tuple(
+                (_RANK[action.kind], relative, getattr(action, "janitor", 0)) for action, relative in per_job[job]
+            )
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for action, _ in per_job[None]]
 
     def world_of(self, entry: Entry) -> World:
         """The entry's World, built from its parent's (itself built the same way if it was dropped)."""
@@ -352,24 +358,14 @@ class AbstractWalk:
 
     def check_actions(self, entry: Entry, merged: list[tuple]) -> None:
         world = self.fresh(entry)
-        per_job = self.learn_enabled_view(world)
+        per_job = {job: [relative if job is not None else action for action, relative in actions]
+                   for job, actions in self.actions_per_job(world).items()}
         answered = {job: [] for job in self.jobs}
         answered[None] = []
         for _rank, index, relative, action, _move in sorted(merged, key=_by_rank):
             answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
         if answered != per_job:
             raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")
-
-    def learn_enabled_view(self, world: World) -> dict:
-        """The World's own actions per job (relative) and its ticks, for ``check_actions``."""
-        from fence._explore import _up_to_janitors
-
-        per_job: dict = {job: [] for job in self.jobs}
-        per_job[None] = []
-        for action in _up_to_janitors(world, world.enabled_actions()):
-            job = world._touched_job(action)
-            per_job[job].append(relative_action(world, action, job) if job is not None else action)
-        return per_job
 
     def fresh(self, entry: Entry) -> World:
         """The entry's World made again with nothing memoised on it: what a check compares with."""
