@@ -335,6 +335,7 @@ def _explore_in_child(pipe, arguments) -> None:
     try:
         found = explore_with_workers(
             POLICIES[name], config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
+            share_levels="always",  # measured as asked, so the two ways can be compared
         )
         outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
         kib = 1024 if sys.platform != "darwin" else 1024 * 1024  # ru_maxrss: KiB on Linux, bytes on macOS
@@ -358,8 +359,9 @@ def explorer(
 
     ``symmetry``: "both" (with and without, for bounds of more than one job),
     "on" or "off". With ``explorer_workers`` > 1 each exploration shares its
-    levels between that many processes (``explore_with_workers``) and the rows
-    run one after another, so that they do not compete for the cores.
+    levels between that many processes (``explore_with_workers``, even where
+    one process is faster: this measures it) and the rows run one after
+    another, so that they do not compete for the cores.
     """
     choices = {"both": (False, True), "on": (True,), "off": (False,)}[symmetry]
     tasks = [

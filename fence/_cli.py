@@ -402,7 +402,11 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--max-states", type=_states, help="budget: stop (undetermined) after this many states")
     explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
-    explore.add_argument("--workers", type=_workers, default=1, help="processes to share each breadth-first level (2: both cores; a --max-states search runs in one)")
+    explore.add_argument(
+        "--workers", type=_workers, default=1,
+        help="processes to share each breadth-first level where that pays: fence's own parts with the built-in "
+        "invariants run in one, which is faster (the report says so); a --max-states search runs in one",
+    )
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
     _output.add_options(explore, record="counterexamples into evidence/counterexamples/explorer/", out_help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
@@ -435,7 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
                           help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")
     explorer.add_argument("--explorer-workers", type=_workers, default=1,
-                          help="explorer: processes sharing each exploration's levels (rows then run one at a time)")
+                          help="explorer: processes sharing each exploration's levels, even where one is faster "
+                          "(rows then run one at a time)")
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")

@@ -20,8 +20,10 @@ import pytest
 
 from fence._cli import PROFILES
 from fence._destination import TicketService
-from fence._explore import Outcome, _DrainJudge, explore, explore_with_workers, shortest, state_key
-from fence._invariants import BY_NAME, required_dangers
+from fence._explore import (
+    ONE_PROCESS_FASTER, Outcome, _DrainJudge, explore, explore_with_workers, report_text, shortest, state_key,
+)
+from fence._invariants import BY_NAME, INVARIANTS, Invariant, required_dangers
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
 from fence._verdicts import Verdict, load_expected, profile_settings, survey_config
@@ -236,7 +238,7 @@ def _walk_figures(found) -> tuple:
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_two_workers_walk_the_same_graph_as_one(name):
     """Sharing each level between two processes gives the same states, transitions, dangers and verdicts."""
-    together = explore_with_workers(POLICIES[name], CI_BOUND, workers=2)
+    together = explore_with_workers(POLICIES[name], CI_BOUND, workers=2, share_levels="always")
     assert _walk_figures(together) == _walk_figures(explored(name))
     for item in together.results.values():
         if item.counterexample:  # replayed through the one World by _counterexample
@@ -247,14 +249,43 @@ def test_two_workers_keep_a_depth_bound_and_symmetry():
     """With jobs symmetric and a depth bound, both engines stop at the same level, not exhausted."""
     config = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
     alone = explore(POLICIES["witness"], config, max_depth=8, symmetry=True)
-    together = explore_with_workers(POLICIES["witness"], config, workers=2, max_depth=8, symmetry=True)
+    together = explore_with_workers(
+        POLICIES["witness"], config, workers=2, max_depth=8, symmetry=True, share_levels="always"
+    )
     assert not alone.exhausted
     assert _walk_figures(together) == _walk_figures(alone)
 
 
+def users_step_check(world) -> None:
+    """A step invariant of a user's: the memos cannot judge it (module level, so it pickles to workers)."""
+    return None
+
+
+def test_levels_are_shared_only_where_that_pays():
+    """Asked for two processes, the built-in invariants take the abstract walk in one; a user's step check shares.
+
+    The memos cannot judge a step invariant of the user's, so every new state is
+    built for real and sharing levels pays; the report says which happened and why.
+    """
+    config = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=1)
+    alone = explore_with_workers(POLICIES["abandon-fenced"], config, workers=2, symmetry=True)
+    assert alone.processes == 1 and alone.one_process_because == ONE_PROCESS_FASTER
+    assert "in one process: the abstract walk" in report_text(alone)
+    theirs = INVARIANTS + (Invariant(8, "users_step_check", "a user's own step invariant", users_step_check),)
+    shared = explore_with_workers(POLICIES["abandon-fenced"], config, workers=2, symmetry=True, invariants=theirs)
+    assert shared.processes == 2 and shared.one_process_because is None
+    assert "each level shared between 2 processes" in report_text(shared)
+    assert _walk_figures(shared)[:5] == _walk_figures(alone)[:5]
+    with pytest.raises(ValueError, match="share_levels"):
+        explore_with_workers(POLICIES["naive"], config, workers=2, share_levels="sometimes")
+
+
 def test_two_workers_out_of_time_are_undetermined():
     """A time budget that runs out on two workers leaves the unbroken invariants UNDETERMINED."""
-    found = explore_with_workers(POLICIES["abandon-fenced"], TWO_BY_TWO, workers=2, time_budget=0.5, symmetry=True)
+    found = explore_with_workers(
+        POLICIES["abandon-fenced"], TWO_BY_TWO, workers=2, time_budget=0.5, symmetry=True, share_levels="always"
+    )
+    assert found.processes == 2
     assert found.stopped_by == "time_budget" and not found.exhausted
     assert found.outcome() is Outcome.UNDETERMINED
 

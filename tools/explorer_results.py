@@ -86,7 +86,7 @@ def walk(row: dict) -> tuple[str, dict]:
     destination = _plugins.load_destination(spec(row["destination"])) if row.get("destination") else None
     ledger = _plugins.load_ledger(spec(row["ledger"])) if row.get("ledger") else None
     found = explore_with_workers(
-        policy, row["config"], workers=row["workers"], symmetry=row["symmetry"],
+        policy, row["config"], workers=row["workers"], share_levels="always", symmetry=row["symmetry"],
         destination_factory=destination, ledger_factory=ledger,
     )
     figures = {
