@@ -24,7 +24,7 @@ Expanding it asks four memos, each learned from a real World and never from a
 rule restated here:
 
 1. the enabled actions per job: ``(detail, context) ->`` the job's actions after
-   ``_up_to_janitors``, written relative to the job (``relative_action``), in the
+   ``up_to_janitors``, written relative to the job (``relative_action``), in the
    order the World listed them; the ticks per clock reading.
 2. what each action does: the step memo for a job's step (the child's part,
    detail, abandon promises, findings, dangers and context), the tick memo for
@@ -32,7 +32,7 @@ rule restated here:
 3. the step invariants of a new state: the findings the step recorded (in the
    step memo's answer) and the present reading of invariant 3, from each job's
    count of live writers (``_readings``).
-4. invariant 6 of a new state: the drain judge's memos (``_DrainJudge.lookup``).
+4. invariant 6 of a new state: the drain judge's memos (``DrainJudge.lookup``).
 
 Whenever one of them misses, the World is built (its parent's World cloned and
 the step applied; the parent's World built the same way if it was dropped) and
@@ -49,11 +49,11 @@ Why each new key decides its answer
     and the same; a start, commit sent, confirm or crash the phases of the
     job's attempts; a delivery or lost answer the job's messages in flight
     (with their multiplicity); a scan the state and deadline of the job's
-    reservations and the clock; a probe, after ``_up_to_janitors``, whether
+    reservations and the clock; a probe, after ``up_to_janitors``, whether
     fewer janitors hold an answer for an ``outcome_unknown`` reservation than
     there are janitors (a janitor holds at most one answer per reservation,
     and the detail counts them per reservation); a settle, after
-    ``_up_to_janitors``, one per reservation and held answer (as the detail
+    ``up_to_janitors``, one per reservation and held answer (as the detail
     holds them) and one per second step owed. Which janitor takes it is not
     in the relative form: the concrete action the walk records names the
     janitor of the World the memo learned from, and is translated to a janitor
@@ -70,7 +70,7 @@ Why each new key decides its answer
     step invariants, so no other check is ever judged this way.
 
     The drain judge's memos are keyed by details, context, parts and abandon
-    promises already (``_DrainJudge._from_memos`` says why); whether messages
+    promises already (``DrainJudge._from_memos`` says why); whether messages
     are in flight is in each job's detail too.
 
 Order, and counterexamples
@@ -98,6 +98,9 @@ from collections import Counter
 from operator import itemgetter
 
 from fence import _transitions
+from fence._drain_judge import DrainJudge
+from fence._invariants import _Found
+from fence._state_key import job_parts, state_key, up_to_janitors
 from fence._transitions import DETAIL, MemoMismatch, facts_of, relative_action
 from fence._world import (
     ACTION_KINDS, Action, Confirm, Crash, Deliver, LoseAck, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start,
@@ -146,7 +149,7 @@ def translate(world: World, action: Action, job: str | None, relative: tuple | N
 
     Janitors keep no state but their held answers, so any janitor's step with
     the same relative form leads to a state with the same key; the first one
-    in the World's order is the one ``_up_to_janitors`` keeps.
+    in the World's order is the one ``up_to_janitors`` keeps.
     """
     kind = action.kind
     if kind not in JANITOR_KINDS:
@@ -198,8 +201,6 @@ class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
     def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World) -> None:
-        from fence._explore import _Found
-
         self.steps, self.ticks = memo.steps, memo.ticks
         self.judge_drain = judge_drain
         self.symmetry = symmetry
@@ -251,8 +252,6 @@ class AbstractWalk:
         return (self.number(part), detail, added, findings, got, after)
 
     def entry_of(self, world: World, parent, action, job, relative) -> Entry:
-        from fence._explore import state_key
-
         state_key(world, self.symmetry)  # fills the parts in world.job_memo
         numbers = self.steps.details(world)
         memo = world.job_memo
@@ -274,13 +273,11 @@ class AbstractWalk:
             self.readings[readings_key(detail)] = (writers[job], job in flying)
 
     def actions_per_job(self, world: World) -> dict[str | None, list[tuple[Action, tuple | None]]]:
-        """The World's own actions after ``_up_to_janitors``, per job (None: the ticks), each with
+        """The World's own actions after ``up_to_janitors``, per job (None: the ticks), each with
         its form relative to its job (None for a tick), in the World's order."""
-        from fence._explore import _up_to_janitors
-
         per_job: dict[str | None, list] = {job: [] for job in self.jobs}
         per_job[None] = []
-        for action in _up_to_janitors(world, world.enabled_actions()):
+        for action in up_to_janitors(world, world.enabled_actions()):
             job = world._touched_job(action)
             per_job[job].append((action, relative_action(world, action, job) if job is not None else None))
         return per_job
@@ -453,8 +450,6 @@ class AbstractWalk:
     def real_step(self, entry: Entry, index, job, relative, action, memo_key, answer, checking, abstract_key,
                   visited, known, reached: Counter) -> tuple:
         """The step taken on the entry's World, as ``_memo_successors`` takes it: learning what was missing."""
-        from fence._explore import state_key
-
         world = self.world_of(entry)
         action = translate(world, action, job, relative)
         child = world.clone(history=False)
@@ -532,9 +527,7 @@ class AbstractWalk:
                 lambda: (now, parts, abandoned),
             )
             if answer is not None:
-                from fence._explore import _DrainJudge
-
-                real_answer = _DrainJudge(judge.invariants)(child.clone(history=False))
+                real_answer = DrainJudge(judge.invariants)(child.clone(history=False))
                 if real_answer != answer:
                     raise MemoMismatch(f"the drain judge's memos answered {answer} after {action}, "
                                        f"the drain {real_answer}")
@@ -575,12 +568,10 @@ class AbstractWalk:
 
     def check_readings(self, entry: Entry, found: list) -> None:
         """Compare an entry's memoised readings (and its details, parts, context) with its World made afresh."""
-        from fence._explore import _job_parts
-
         world = self.fresh(entry)
         jobs = self.jobs
         details = tuple(self.steps.intern(d) for d in _transitions.job_details(world, jobs).values())
-        parts = tuple(self.number(part) for part in _job_parts(world, jobs).values())
+        parts = tuple(self.number(part) for part in job_parts(world, jobs).values())
         abandoned = tuple(sorted(world.observer.abandoned))
         writers = Counter(handle.partition("#")[0] for handle in world.live_writers())
         flying = {m.attempt.partition("#")[0] for m in world.network}
@@ -606,9 +597,7 @@ class AbstractWalk:
             )
             if answer is not None:
                 if self.steps.check_every and self.steps.should_check():
-                    from fence._explore import _DrainJudge
-
-                    real = _DrainJudge(judge.invariants)(self.fresh(entry))
+                    real = DrainJudge(judge.invariants)(self.fresh(entry))
                     if real != answer:
                         raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's {real}")
                 return answer

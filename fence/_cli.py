@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from fence import _counterexample, _output
+from fence import _arguments, _counterexample, _output
 from fence._checking import PROFILES, check_policies, report_text, write_counterexamples
 from fence._errors import BackendError, BadInput, PluginBroken
 from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
@@ -252,74 +251,6 @@ def cmd_check(args) -> int:
     return exit_status(cell.verdict for cell in cells.values())
 
 
-MOST = 1_000_000
-"""The largest count any option takes: past it, a typo, never a run that would finish."""
-MOST_IN_A_MODEL = 100
-"""Units, jobs and attempts in a model world: the explorer's state space explodes long before."""
-MOST_WORKERS = 64
-
-
-def _whole(text: str, most: int = MOST) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value > most:
-        raise argparse.ArgumentTypeError(f"must be at most {most:,}, got {value:,}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
-    return value
-
-
-def _positive(text: str, most: int = MOST) -> int:
-    value = _whole(text, most)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _model_size(text: str) -> int:
-    """Units, jobs or attempts of a model world."""
-    return _positive(text, MOST_IN_A_MODEL)
-
-
-def _states(text: str) -> int:
-    return _positive(text, 1_000_000_000)
-
-
-def _workers(text: str) -> int:
-    return _positive(text, MOST_WORKERS)
-
-
-def _explorer_bound(text: str) -> ModelConfig:
-    """``UxJxA:H`` (units x jobs x attempts : horizon) as the bench's model, lease 2, 2 janitors."""
-    sizes, _, horizon = text.partition(":")
-    parts = sizes.split("x")
-    if len(parts) != 3 or not horizon:
-        raise argparse.ArgumentTypeError(f"must be units x jobs x attempts : horizon, like 2x2x2:2, got {text!r}")
-    capacity, jobs, attempts = (_model_size(part) for part in parts)
-    config = ModelConfig(capacity=capacity, jobs=jobs, max_attempts=attempts, horizon=_zero_or_more(horizon))
-    problem = config.problem()
-    if problem:
-        raise argparse.ArgumentTypeError(problem)
-    return config
-
-
-def _non_negative(text: str) -> int:
-    value = _whole(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"a lease cannot be negative, got {value}")
-    return value
-
-
 class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         # No abbreviations: '--lease' must not quietly mean '--lease-seconds' (one meaning per name).
@@ -357,10 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
         _output.add_options(p, record=record, out_help="where counterexamples go")
         p.add_argument("--profile", choices=PROFILES, default="default", help="search effort")
         p.add_argument("--seed", type=int, help="a random seed instead of the derandomised default")
-        p.add_argument("--workers", type=_workers, default=2, help="processes to judge policies in")
-        p.add_argument("--capacity", type=_model_size, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
-        p.add_argument("--jobs", type=_model_size, help="jobs (at most --capacity)")
-        p.add_argument("--lease", type=_non_negative, help="lease in ticks (at least 1)")
+        p.add_argument("--workers", type=_arguments.workers, default=2, help="processes to judge policies in")
+        p.add_argument("--capacity", type=_arguments.model_size, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
+        p.add_argument("--jobs", type=_arguments.model_size, help="jobs (at most --capacity)")
+        p.add_argument("--lease", type=_arguments.non_negative, help="lease in ticks (at least 1)")
 
     verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
     common(verdicts, "counterexamples into evidence/counterexamples/, the report into evidence/verdicts.txt "
@@ -393,17 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--policy", default="abandon-fenced", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     explore.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory")
     explore.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory")
-    explore.add_argument("--capacity", type=_model_size, default=1, help="units (default 1)")
-    explore.add_argument("--jobs", type=_model_size, help="jobs (default: --capacity)")
-    explore.add_argument("--attempts", type=_model_size, default=3, help="attempts per job (default 3)")
-    explore.add_argument("--horizon", type=_zero_or_more, help="clock horizon in ticks (default: the explorer's)")
-    explore.add_argument("--lease", type=_positive, default=ModelConfig.lease, help="lease in ticks")
-    explore.add_argument("--max-depth", type=_zero_or_more, help="at most this many chosen steps per run")
-    explore.add_argument("--max-states", type=_states, help="budget: stop (undetermined) after this many states")
-    explore.add_argument("--time-budget", type=_positive_seconds, help="budget: stop (undetermined) after SECONDS")
+    explore.add_argument("--capacity", type=_arguments.model_size, default=1, help="units (default 1)")
+    explore.add_argument("--jobs", type=_arguments.model_size, help="jobs (default: --capacity)")
+    explore.add_argument("--attempts", type=_arguments.model_size, default=3, help="attempts per job (default 3)")
+    explore.add_argument("--horizon", type=_arguments.zero_or_more, help="clock horizon in ticks (default: the explorer's)")
+    explore.add_argument("--lease", type=_arguments.positive, default=ModelConfig.lease, help="lease in ticks")
+    explore.add_argument("--max-depth", type=_arguments.zero_or_more, help="at most this many chosen steps per run")
+    explore.add_argument("--max-states", type=_arguments.states, help="budget: stop (undetermined) after this many states")
+    explore.add_argument("--time-budget", type=_arguments.positive_seconds, help="budget: stop (undetermined) after SECONDS")
     explore.add_argument("--symmetry", action="store_true", help="treat jobs as interchangeable names")
     explore.add_argument(
-        "--workers", type=_workers, default=1,
+        "--workers", type=_arguments.workers, default=1,
         help="processes to share each breadth-first level where that pays: fence's own parts with the built-in "
         "invariants run in one, which is faster (the report says so); a --max-states search runs in one",
     )
@@ -421,10 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
         "suite: the test suite's wall time",
     )
     bench.add_argument("--policy", action="append", help="only this built-in policy (repeatable)")
-    bench.add_argument("--time-budget", type=_positive_seconds, default=60.0, help="explorer: seconds per bound")
-    bench.add_argument("--seeds", type=_positive, default=20, help="random seeds (default 20)")
+    bench.add_argument("--time-budget", type=_arguments.positive_seconds, default=60.0, help="explorer: seconds per bound")
+    bench.add_argument("--seeds", type=_arguments.positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
-    bench.add_argument("--workers", type=_workers, help="processes (default 2; fleet: 8 workers)")
+    bench.add_argument("--workers", type=_arguments.workers, help="processes (default 2; fleet: 8 workers)")
     _output.add_options(
         bench, record="evidence/<what>.txt (fleet: evidence/fleet-<backend>.txt)",
         out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
@@ -432,28 +363,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explorer = bench.add_argument_group("explorer")
     explorer.add_argument(
-        "--bound", action="append", type=_explorer_bound, metavar="UxJxA:H",
+        "--bound", action="append", type=_arguments.explorer_bound, metavar="UxJxA:H",
         help="explorer: only this bound, units x jobs x attempts : horizon (e.g. 2x2x2:2; repeatable; "
         "default: the growing bounds of the README)",
     )
     explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
                           help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")
-    explorer.add_argument("--explorer-workers", type=_workers, default=1,
+    explorer.add_argument("--explorer-workers", type=_arguments.workers, default=1,
                           help="explorer: processes sharing each exploration's levels, even where one is faster "
                           "(rows then run one at a time)")
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
-    fleet.add_argument("--jobs", type=_positive, default=2000, help="fleet: jobs, and units of quota (default 2000)")
-    fleet.add_argument("--kill-every", type=_non_negative_seconds, default=0.5,
+    fleet.add_argument("--jobs", type=_arguments.positive, default=2000, help="fleet: jobs, and units of quota (default 2000)")
+    fleet.add_argument("--kill-every", type=_arguments.non_negative_seconds, default=0.5,
                        help="fleet: SIGKILL a random busy worker every SECONDS (default 0.5; 0: never)")
     fleet.add_argument("--restart-db", action=argparse.BooleanOptionalAction, default=None,
                        help="fleet: restart PostgreSQL once half the jobs are done (default: on for postgres)")
-    fleet.add_argument("--lease-seconds", type=_positive_seconds, help="fleet: lease in seconds (default 1.0)")
+    fleet.add_argument("--lease-seconds", type=_arguments.positive_seconds, help="fleet: lease in seconds (default 1.0)")
     _seconds_not_ticks(bench)
-    fleet.add_argument("--janitors", type=_workers, default=2, help="fleet: janitor processes (default 2)")
+    fleet.add_argument("--janitors", type=_arguments.workers, default=2, help="fleet: janitor processes (default 2)")
     fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
-    fleet.add_argument("--time-limit", type=_positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
+    fleet.add_argument("--time-limit", type=_arguments.positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
     bench.set_defaults(handler=cmd_bench)
 
     from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
@@ -505,20 +436,6 @@ def cmd_db(args) -> int:
     finally:
         store.close()
     return 0
-
-
-def _zero_or_more(text: str) -> int:
-    value = _whole(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"cannot be negative, got {value}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    value = _seconds(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
 
 
 def _level_line(found) -> None:
@@ -594,13 +511,6 @@ def cmd_explore(args) -> int:
         _explore.Outcome.PROVED: EXIT_PROVED, _explore.Outcome.VIOLATED: EXIT_VIOLATED,
         _explore.Outcome.UNDETERMINED: EXIT_UNDETERMINED,
     }[outcome]
-
-
-def _non_negative_seconds(text: str) -> float:
-    value = _seconds(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"cannot be negative, got {text}")
-    return value
 
 
 def cmd_bench(args) -> int:

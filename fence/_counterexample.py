@@ -9,7 +9,7 @@ regression test and (in the real-clock harness) a script.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fence import _evidence
@@ -17,8 +17,32 @@ from fence._errors import BadInput
 from fence._output import file_stem
 from fence._invariants import BY_NAME
 from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import Counterexample
-from fence._world import Action, InapplicableAction, ModelConfig, World
+from fence._world import Action, InapplicableAction, ModelConfig, Step, World
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """A run that breaks one invariant: its steps (the drain's last), and how it was found and shortened."""
+
+    policy: str
+    config: ModelConfig
+    invariant: str
+    message: str
+    steps: tuple[Step, ...]
+    found_steps: int | None = None
+    """Chosen steps of the run Hypothesis found, before minimising."""
+    hypothesis_steps: int | None = None
+    """Chosen steps after Hypothesis' own shrink, when that was asked for."""
+    shortest_steps: int | None = None
+    """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
+    plugins: object = None
+    """The import specs of a user's policy, destination and ledger (fence._plugins.PlugInSpecs)."""
+
+    @property
+    def rule_steps(self) -> int:
+        """Steps the machine chose (the drain that ends a run is not counted)."""
+        return sum(1 for step in self.steps if not step.drain)
+
 
 FORMAT = "fence-counterexample/1"
 

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 from fence import _evidence, _output, _realclock
-from fence._cli import _seconds
+from fence._arguments import seconds
 from fence._errors import BadInput
 
 FULL_LEASE = 1.0
@@ -50,7 +50,7 @@ def _trials(text: str) -> int:
 
 
 def _lease(text: str) -> float:
-    value = _seconds(text)  # the one parser of seconds: a number, and finite
+    value = seconds(text)  # the one parser of seconds: a number, and finite
     if not value > 0:  # NaN too
         raise argparse.ArgumentTypeError(f"a lease must be a positive number of seconds, got {text}")
     if value > 60:

@@ -99,7 +99,7 @@ Symmetry
     count), and attempts of one job are not interchangeable (the newest one is
     the ledger's current reservation). Janitors are always treated as
     interchangeable (see the key), and of several janitors' identical steps
-    only one is taken (``_up_to_janitors``). One caveat, argued rather than
+    only one is taken (``up_to_janitors``). One caveat, argued rather than
     proved: the drain visits jobs in name order, so invariant 6 on one
     representative of an orbit stands for the others because jobs do not
     interact in the drain (each holds at most one unit and there are at least
@@ -131,20 +131,24 @@ from __future__ import annotations
 import enum
 import gc
 import random
-import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
+from fence import _transitions
+from fence._abstract import AbstractWalk, replayable
+from fence._counterexample import Counterexample
+from fence._counterexample import to_json as counterexample_json
 from fence._destination import Destination, Guards
+from fence._drain_judge import DrainJudge
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_dangers
-from fence._ledger import Ledger, Move, ReservationState
+from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
-from fence._policies import Evidence, JanitorPolicy
-from fence._verdicts import Counterexample
-from fence._world import Action, MessageKind, ModelConfig, Phase, World, _destination_snapshot
-from fence._world import _snapshot as _ledger_snapshot
+from fence._policies import JanitorPolicy
+from fence._state_key import answer_nobody_waits_for, generic_state_key, state_key, up_to_janitors
+from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
+from fence._world import Action, ModelConfig, World
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
 # exhausted in seconds, long enough for a lease to expire twice and for a retry
@@ -217,257 +221,6 @@ class Exploration:
         return Outcome.UNDETERMINED if self.missing_dangers() else Outcome.PROVED
 
 
-# -- the state key --------------------------------------------------------------------
-def state_key(world: World, symmetry: bool = False) -> tuple:
-    """A hashable picture of everything the world's future depends on (see above).
-
-    It is the clock and one part per job, each part written in names relative to
-    its job (attempt 2, reservation r2, "ticket for <job> (revision 2)"). With
-    ``symmetry`` the parts are sorted, so states that differ by a renaming of
-    the jobs get one key. A world with a user's ledger, destination or policy
-    is keyed by ``generic_state_key`` (no renaming inside a snapshot fence
-    does not know). Enum values are read as ``_value_``: the ``value``
-    property costs more than the rest of the key.
-    """
-    if not world.fast_copy_is_faithful():
-        return generic_state_key(world)
-    # Each job's part is kept on the world (``World.job_memo``) until a step
-    # touches that job: most transitions move one job, and then only its part
-    # is made again.
-    memo = world.job_memo
-    jobs = world.jobs
-    missing = [job for job in jobs if job not in memo]
-    if missing:
-        memo.update(_job_parts(world, missing))
-    keyed = [memo[job] for job in jobs]
-    # The observer's present (mirror, effects seen, abandon answers) is a function
-    # of the ledger's and destination's state for fence's own parts, which the
-    # parts hold; only what it decides by itself is added.
-    abandoned = tuple(sorted(world.observer.abandoned)) if world.observer.abandoned else ()
-    return (world.now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
-
-
-def _job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
-    """The key's part of each job in ``wanted``, written in names relative to the job.
-
-    A part depends on the job's reservations (and the clock, through their
-    deadlines), the janitors' answers about them, the destination's effects
-    for the job's key and witness entries for its attempts, its attempts,
-    their messages in flight and its retries queued: nothing another job's
-    step changes (``World.job_memo`` relies on it).
-    """
-    now = world.now
-    parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in wanted}
-    # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
-    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
-    # Enum members are compared by identity (``is``), never looked up in sets:
-    # an Enum's hash is a Python-level call, and the key is made per transition.
-    reserved = ReservationState.RESERVED
-    unknown = ReservationState.OUTCOME_UNKNOWN
-    evidence = world.evidence
-    for x in world.ledger._reservations.values():
-        job, _, number = x.reservation_id.partition("/")
-        part = parts.get(job)
-        if part is None:
-            continue
-        state = x.state
-        if state is reserved:
-            part[0].append((number, state._value_, x.deadline if x.deadline > now else -1))
-        elif state is unknown:
-            # A janitor's answer counts for the decision it leads to, and only while
-            # its reservation is still outcome_unknown (a settle on anything else is
-            # refused, and nothing returns to outcome_unknown). Which janitor holds
-            # which answer does not matter: janitors are interchangeable and their
-            # steps on different reservations touch different entries.
-            rid = x.reservation_id
-            answers = [_evidence_token(held[rid]) for held in evidence if rid in held]
-            part[0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
-        else:
-            part[0].append((number, state._value_))
-    destination = world.destination
-    # Effects of a key keep their order (the first payload is the ticket on
-    # record); which attempt wrote one and the order across keys decide nothing.
-    for e in destination._effects:
-        part = parts.get(e.key)
-        if part is not None:
-            part[1].append(e.payload.replace(e.key, ""))
-    for identity, state in destination._attempts.items():
-        job, _, number = identity.partition("#")
-        part = parts.get(job)
-        if part is not None:
-            part[2].append((number, state._value_))
-    witness_kept = destination.guards.witness
-    attempts = world.attempts
-    commits_in_flight = set()
-    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
-    commit_sent = Phase.COMMIT_SENT
-    for m in world.network:
-        job, _, number = m.attempt.partition("#")
-        part = parts.get(job)
-        if part is None:
-            continue
-        kind = m.kind
-        if kind is commit:
-            commits_in_flight.add(m.attempt)
-        # An answer to an attempt no longer waiting for one is dropped on arrival,
-        # and a registration reaches a destination that keeps no witness in vain.
-        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
-            continue
-        elif kind is register and not witness_kept:
-            continue
-        part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
-    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
-    unsent = (Phase.RESERVED, Phase.WORKING)  # _UNSENT, as a tuple: identity before hashing
-    for a in attempts.values():
-        job, _, number = a.handle.partition("#")
-        part = parts.get(job)
-        if part is None:
-            continue
-        in_flight = a.handle in commits_in_flight
-        phase = a.phase
-        if (phase is crashed or phase is done) and not in_flight:
-            part[3].append((number,))  # its future is only what its messages do
-        elif phase is crashed:
-            part[3].append((number, "crashed", a.payload.replace(job, "")))
-        else:
-            # The answer matters once it arrived (confirm or confirm_existing);
-            # the payload until the commit carrying it was delivered.
-            part[3].append((
-                number, phase._value_,
-                a.ack._value_ if phase is acked else "",
-                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
-            ))
-    for job in world.retry_queue:
-        part = parts.get(job)
-        if part is not None:
-            part[5] += 1
-    return {
-        job: (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
-        for job, p in parts.items()
-    }
-
-
-def _sorted_tuple(items: list) -> tuple:
-    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
-    return tuple(items) if len(items) < 2 else tuple(sorted(items))
-
-
-def generic_state_key(world: World) -> tuple:
-    """The key of a world with a user's ledger, destination or policy: slower, and no symmetry.
-
-    It keeps names as they are (fence cannot rename inside a plug-in's
-    snapshot), every janitor's answers by janitor, and the plug-ins' own
-    ``snapshot()``. A held answer is keyed by its value if it hashes as one,
-    else by the object itself (never merged with another). Whether a plug-in's
-    snapshot really holds all of its state is not trusted: ``FaithfulnessCheck``
-    tests it on the run.
-    """
-    observer = world.observer
-    # The same reductions as the fast key, for the parts fence owns: a finished
-    # or crashed attempt with no commit on its way is only its names; the answer
-    # counts once it arrived, the payload until the commit carrying it landed; an
-    # answer to an attempt no longer waiting for one is dropped on arrival.
-    commits_in_flight = {m.attempt for m in world.network if m.kind is MessageKind.COMMIT}
-    attempts = []
-    for a in world.attempts.values():
-        in_flight = a.handle in commits_in_flight
-        if a.phase in _DEAD and not in_flight:
-            attempts.append((a.handle, a.identity, a.reservation_id, "gone", a.phase is Phase.CRASHED and a.wrote))
-        else:
-            attempts.append((
-                a.handle, a.identity, a.reservation_id, a.phase.value,
-                a.ack.value if a.phase is Phase.ACKED else "",
-                a.payload if (a.phase in _UNSENT or in_flight) else "", a.wrote,
-            ))
-    network = tuple(sorted(
-        (m.kind.value, m.attempt, m.result.value if m.result else "")
-        for m in world.network
-        if not _answer_nobody_waits_for(world, m.kind._value_, m.attempt)
-    ))
-    # fence's own Evidence is a value and janitors keep no state: its answers count
-    # per reservation, whichever janitor holds them (as in the fast key). Any other
-    # answer object is kept with its janitor.
-    held_values: list = []
-    held_by_janitor: list = []
-    for janitor, answers in enumerate(world.evidence):
-        for rid, found in answers.items():
-            if type(found) is Evidence:
-                held_values.append((rid, _evidence_token(found)))
-            else:
-                held_by_janitor.append((janitor, rid, _held_token(found)))
-    held = (tuple(sorted(held_values)), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
-    attempts = tuple(sorted(attempts))
-    mirror = tuple(sorted((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values()))
-    ledger = world.ledger
-    if type(ledger) is Ledger:
-        # fence's own ledger as the fast key reads it: a deadline only while it can expire.
-        ledger_part = tuple(sorted(
-            (r.reservation_id, r.owner, r.state._value_,
-             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
-            for r in ledger._reservations.values()
-        ))
-    else:
-        ledger_part = _ledger_snapshot(ledger)
-    policy_snapshot = getattr(world.policy, "snapshot", None)
-    return (
-        world.now, attempts, network, tuple(sorted(world.retry_queue)), tuple(sorted(world.follow_ups)), held,
-        mirror, tuple(sorted(observer.abandoned)), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
-        ledger_part, _destination_snapshot(world.destination),
-        policy_snapshot() if callable(policy_snapshot) else None,
-    )
-
-
-def _answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
-    """Is a message of ``kind`` (its value) to ``attempt`` an answer that attempt no longer waits for?
-
-    Its arrival changes nothing, so the generic key leaves it out, and the
-    FaithfulnessCheck does not compare what two merged worlds say when it arrives.
-    """
-    return kind == _ACK and world.attempts[attempt].phase is not Phase.COMMIT_SENT
-
-
-_ACK = MessageKind.ACK.value
-
-
-def _held_token(found) -> object:
-    """A user's answer object as a key part.
-
-    An object that prints its fields (a dataclass, say) is keyed by that text,
-    with memory addresses cut out: an answer that carries the destination it
-    came from then keys alike in every copy of the world, since each copy's
-    answer points at its own copy of the destination. Any other object is keyed
-    by itself: never merged with another answer (and kept alive by the key, so
-    its id is not reused). Merges are tested by ``FaithfulnessCheck`` either way.
-    """
-    if type(found).__repr__ is not object.__repr__:
-        return (type(found).__qualname__, _ADDRESS.sub("", repr(found)))
-    return ("object", id(found), found)
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _evidence_token(evidence) -> tuple:
-    """A janitor's held answer as a key part: the answer itself, never the policy's decision on it.
-
-    The policy's ``decide`` runs when a settle is taken and at no other moment
-    (a decide that writes would otherwise write while the explorer only looks).
-    fence's own ``Evidence`` is a frozen value; fields are read as ``_value_``
-    for speed.
-    """
-    # Sortable: None is written as "" (no AttemptState has that value).
-    return (
-        -1 if evidence.key_exists is None else int(evidence.key_exists),
-        evidence.attempt_state._value_ if evidence.attempt_state is not None else "",
-        evidence.attempt_asked,
-        evidence.abandon_result._value_ if evidence.abandon_result is not None else "",
-    )
-
-
-_DEAD = frozenset({Phase.CRASHED, Phase.DONE})
-_UNSENT = frozenset({Phase.RESERVED, Phase.WORKING})
-
-
 # -- the search ------------------------------------------------------------------------
 def explore(
     policy: JanitorPolicy,
@@ -506,28 +259,24 @@ def explore(
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
 
-    check_budget = faithfulness
     root = World(policy, config, destination_factory, ledger_factory)
     parents: list[tuple[int, Action] | None] = [None]
     visited = {state_key(root, symmetry): 0}
-    faithfulness = None
+    faithfulness_check = None
     if not root.fast_copy_is_faithful():
         symmetry = result.symmetry = False  # fence cannot rename jobs inside a plug-in's state
-        faithfulness = FaithfulnessCheck(policy, config, destination_factory, ledger_factory, parents)
-        if check_budget is not None:
-            faithfulness.NEW_STATES, faithfulness.MERGES = check_budget
+        faithfulness_check = FaithfulnessCheck(policy, config, destination_factory, ledger_factory, parents)
+        if faithfulness is not None:
+            faithfulness_check.NEW_STATES, faithfulness_check.MERGES = faithfulness
 
-    use_memo = memo
-    memo = _Memo(step_invariants, check_memo) if faithfulness is None and use_memo else None
-    judge_drain = _DrainJudge(teardown_invariants, memo.steps if memo is not None and memo.usable else None)
+    memos = _Memo(step_invariants, check_memo) if faithfulness_check is None and memo else None
+    judge_drain = DrainJudge(teardown_invariants, memos.steps if memos is not None and memos.usable else None)
 
     walk = None
-    if memo is not None and memo.usable:
+    if memos is not None and memos.usable:
         # fence's own parts with the built-in step invariants: new states are expanded and
         # judged from the memos, a World built only when one misses (fence._abstract).
-        from fence._abstract import AbstractWalk
-
-        walk = AbstractWalk(memo, judge_drain, symmetry, step_invariants, root)
+        walk = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root)
         visited = {walk.key_of(0, walk.root.parts, walk.root.abandoned): 0}  # its keys name parts by number
 
     def check_teardown(node: int, state) -> None:
@@ -553,8 +302,8 @@ def explore(
                 found[name] = (node, action)
                 if walk is not None:
                     walk.meant_finding(name)
-            if faithfulness is not None:
-                faithfulness.after_transition(node, action, child, visited.get(key))
+            if faithfulness_check is not None:
+                faithfulness_check.after_transition(node, action, child, visited.get(key))
             if walk is not None:
                 if child is None:  # the abstract walk yields None exactly for a state already visited
                     continue
@@ -573,7 +322,7 @@ def explore(
     frontier: list = [(0, start)]
     depth = 0
     out_of_budget = None
-    long_lived = _LongLived(faithfulness is None)  # fence's own parts only: they hold no cycles
+    long_lived = _LongLived(faithfulness_check is None)  # fence's own parts only: they hold no cycles
     try:
         while frontier and out_of_budget is None:
             if max_depth is not None and depth >= max_depth:
@@ -610,9 +359,9 @@ def explore(
         long_lived.close()
     # The sampled checks stand behind a proof; a walk cut short proves nothing, and
     # its violations are replayed from scratch anyway (``_counterexample``).
-    if faithfulness is not None and out_of_budget is None:
+    if faithfulness_check is not None and out_of_budget is None:
         try:
-            faithfulness.finish()
+            faithfulness_check.finish()
         except Unfaithful as problem:
             result.unfaithful = str(problem)
             out_of_budget = "unfaithful"
@@ -621,8 +370,8 @@ def explore(
     result.exhausted = out_of_budget is None and not frontier
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started
-    if faithfulness is not None:
-        result.faithfulness_checks = faithfulness.checks
+    if faithfulness_check is not None:
+        result.faithfulness_checks = faithfulness_check.checks
 
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory,
            meant=walk.meant if walk is not None else None)
@@ -778,7 +527,7 @@ class FaithfulnessCheck:
                 # An answer reaching a worker that no longer waits for one changes
                 # nothing, and the key leaves it out (both keys drop it), so the two
                 # worlds may hold different such answers: only the state after it counts.
-                unheard = action.kind == "deliver" and _answer_nobody_waits_for(a, action.message, action.attempt)
+                unheard = action.kind == "deliver" and answer_nobody_waits_for(a, action.message, action.attempt)
                 said_a, said_b = a.apply(action).sentence, b.apply(action).sentence
                 if said_a != said_b and not unheard:
                     raise Unfaithful(
@@ -905,7 +654,6 @@ def _judge(
         steps.reverse()
         if not meant:
             return [action for action, _ in steps]
-        from fence._abstract import replayable
 
         return replayable(World(policy, config, destination_factory, ledger_factory), steps)
 
@@ -939,7 +687,7 @@ def _judge(
 def _successors(world: World, symmetry: bool, step_invariants, known, reached: Counter):
     """Every transition out of ``world``: ``(action, child, key, broken)`` per action taken.
 
-    One action per group of janitors' interchangeable ones (``_up_to_janitors``),
+    One action per group of janitors' interchangeable ones (``up_to_janitors``),
     each on a clone without history, so ``broken`` (the step invariants not in
     ``known`` that this transition breaks) and the dangers it adds to ``reached``
     are what the transition alone did. Both ``explore`` and the workers of
@@ -948,7 +696,7 @@ def _successors(world: World, symmetry: bool, step_invariants, known, reached: C
     # An invariant judged on the observer's findings alone holds while the transition
     # recorded none (a clone without history starts with none): only the others are asked.
     judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
-    for action in _up_to_janitors(world, world.enabled_actions()):
+    for action in up_to_janitors(world, world.enabled_actions()):
         child = world.clone(history=False)
         child.apply(action)
         if child.reached:
@@ -979,7 +727,6 @@ class _Memo:
     """
 
     def __init__(self, step_invariants, check_every: int = 0) -> None:
-        from fence._transitions import StepMemo, TickMemo
 
         self.usable = memo_judges(step_invariants)
         self.steps = StepMemo(check_every)
@@ -1000,7 +747,6 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
     spares its key part. With ``memo.steps.check_every`` every n-th memo
     answer is compared with the real step (``MemoMismatch``).
     """
-    from fence._transitions import DETAIL, MemoMismatch, context, facts_of, job_details, relative_action
 
     steps, ticks = memo.steps, memo.ticks
     judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
@@ -1009,13 +755,13 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
     job_memo = world.job_memo
     parts = {job: job_memo[job] for job in jobs}
     details = steps.details(world)
-    shared = context(world)
+    shared = _transitions.context(world)
     abandoned = world.observer.abandoned
     abandoned_key = tuple(sorted(abandoned)) if abandoned else ()
     now = world.now
     answers, check_every = steps.answers, steps.check_every
     no_findings: list[str] = []
-    for action in _up_to_janitors(world, world.enabled_actions()):
+    for action in up_to_janitors(world, world.enabled_actions()):
         answer = key = None
         checking = False
         if action.kind == "tick":
@@ -1061,7 +807,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                 findings, got = facts_of(child)
                 fresh = child.clone(history=False)
                 fresh.job_memo = {}
-                again = {j: steps.intern(d) for j, d in job_details(fresh, jobs).items()}
+                again = {j: steps.intern(d) for j, d in _transitions.job_details(fresh, jobs).items()}
                 if child_key != key or findings or got or again != details:
                     raise MemoMismatch(f"the tick memo answered {action} differently from the model")
             for j in jobs:
@@ -1084,251 +830,6 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
         asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
         broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
         yield action, child, child_key, broken
-
-
-def _up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
-    """The actions, less those another janitor's same action already stands for.
-
-    Janitors keep no state but the answers they hold, and the key counts those
-    per reservation without saying which janitor holds which. So any janitor's
-    scan of a reservation leads to the same state, any janitor's probe of it
-    (by one that holds no answer for it) to states with one key, and so does a
-    settle by any janitor holding an answer with the same decision. One of each
-    is taken; the state space is the same, with fewer transitions to it.
-    """
-    taken: set[tuple] = set()
-    kept = []
-    for action in actions:
-        kind = action.kind
-        if kind == "scan" or kind == "probe":
-            same = (kind, action.reservation)
-        elif kind == "settle":
-            if action.follow_up:
-                same = (kind, action.reservation, "follow_up")
-            else:
-                same = (kind, action.reservation, _evidence_token(world.evidence[action.janitor][action.reservation]))
-        else:
-            kept.append(action)
-            continue
-        if same not in taken:
-            taken.add(same)
-            kept.append(action)
-    return kept
-
-
-class _DrainJudge:
-    """The teardown invariants after ``World.drain``, memoised by drain round.
-
-    The loop is ``World.drain``'s own (mark draining, then rounds of the model's
-    ``_drain_round`` until the fingerprint stops changing, at most ``MAX_ROUNDS``),
-    with one addition: the state at the start of each round is looked up by its
-    key and round number, and what the drain from there concluded is reused.
-    Drains from distinct states converge fast (at 1 unit x 1 job x 2 attempts,
-    15,000 states led to 401 distinct states after one round), so this saves most
-    of the drain work; ``tests/test_explore.py`` checks it against ``drain()``.
-
-    The first round is looked up halfway, for fence's own parts: each explored
-    state is drained once, so its first round never starts at a state seen
-    before, but after its first half (``World._drain_workers``: messages
-    delivered, workers stepped) states meet (at 2 units x 2 jobs x 1 attempt,
-    13,575 drains met 1,676 distinct states there). A first half that took a
-    step makes the round no fixed point (``_drain_workers`` says why), so what
-    follows depends on the state reached alone. A user's plug-ins keep the
-    whole-round loop: their fixed point is decided by their snapshots.
-    """
-
-    MAX_ROUNDS = 12  # World.drain's default
-    FIRST_ROUND_HALFWAY = "first round, workers done"
-    """Memo tag: after a first round's ``_drain_workers`` took a step."""
-    FIRST_ROUND_DELIVERING = "first round, delivering"
-    """Memo tag: in a first round's deliveries, with a message still in flight."""
-
-    def __init__(self, invariants: list[Invariant], steps=None) -> None:
-        self.invariants = invariants
-        self.memo: dict[tuple, tuple[tuple[str, ...], bool]] = {}
-        self.steps = steps
-        """The walk's step memo (``fence._transitions.StepMemo``), or None: see ``_from_memos``."""
-        self.halves: dict[tuple, tuple] = {}
-        """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
-        self.number: Callable[[tuple], int] | None = None
-        """The abstract walk's numbering of key parts (``fence._abstract``), or None: with it, the
-        first round's memo keys and ``halves`` name each part by its number (equal numbers,
-        equal parts), so a lookup hashes small integers."""
-
-    def first_round_key(self, key: tuple) -> tuple:
-        """A state key (without symmetry) as the first round's memo keys write it."""
-        number = self.number
-        if number is None:
-            return key
-        return (key[0], tuple([number(part) for part in key[1]]), key[2])
-
-    def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
-        """The answer for a fast world without draining it, if the memos have it.
-
-        First by the key its first half (``World._drain_workers``) would reach,
-        put together job by job from ``halves``: what a first half did to each
-        job's part, learned from first halves run for real (``_learn_halves``);
-        then by its own key, if messages are in flight. Returns (answer, what
-        ``_learn_halves`` needs when a job's first half is not known yet).
-
-        Why a first half composes per job: each of its steps (deliveries,
-        confirms, commits sent, starts) is job-local and reads nothing outside
-        its job but the context (clock, draining, units free and held; see
-        ``fence._transitions``); a job's steps come in the order they would
-        come in if the job were alone (the next message is the least in flight,
-        so the least of its job's; worker steps go by attempt, and a job's
-        attempts share its name as prefix); and the context does not change
-        in a first half: it takes no unit (no reserve), so free units only
-        rise, and ``_learn_halves`` keeps only first halves that ended with the
-        context they started with, so none of their steps changed it.
-        """
-        from fence._transitions import context
-
-        details = self.steps.details(world)
-        now, _, free, held = context(world)
-        jobs = world.jobs
-        return self.lookup(
-            [details[job] for job in jobs], jobs, now, free, held, world.observer.abandoned, bool(world.network),
-            lambda: self.first_round_key(state_key(world)),
-        )
-
-    def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
-               in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, tuple | None]:
-        """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
-        order), the context, the abandon promises, whether messages are in flight, and (asked
-        only then) its key without symmetry as ``first_round_key`` writes it. The explorer's
-        abstract walk asks this with no world."""
-        shared = (now, True, free, held)
-        halves = self.halves
-        found = [halves.get((detail, shared)) for detail in details]
-        learn = None
-        if None in found:
-            learn = (dict(zip(jobs, details)), shared, frozenset(abandoned))
-        elif any(stepped for _part, stepped, _added in found):
-            if any(added for _part, _stepped, added in found):
-                abandoned = set(abandoned)
-                for job, (_part, _stepped, added) in zip(jobs, found):
-                    abandoned.update(job + i for i in added)
-            halfway = (now, tuple(part for part, _stepped, _added in found),
-                       tuple(sorted(abandoned)) if abandoned else ())
-            answer = self.memo.get((halfway, self.FIRST_ROUND_HALFWAY))
-            if answer is not None:
-                return answer, None
-        # else the first half takes no step: no halfway key (see ``__call__``)
-        if in_flight:
-            answer = self.memo.get((own_key(), self.FIRST_ROUND_DELIVERING))
-            if answer is not None:
-                return answer, None
-        return None, learn
-
-    def _learn_halves(self, learn: tuple, drained: World, steps_before: int) -> None:
-        """Remember what the first half just taken on ``drained`` did to each job (see ``_from_memos``)."""
-        from fence._transitions import context
-
-        details, shared, abandoned_before = learn
-        if context(drained) != shared:
-            return  # a step changed the context: this first half does not compose
-        cut = {job: len(job) for job in drained.jobs}
-        stepped = {job: False for job in drained.jobs}
-        for step in drained.trace[steps_before:]:
-            stepped[drained.attempts[step.action.attempt].key] = True
-        state_key(drained)  # fills the parts
-        added_now = drained.observer.abandoned - abandoned_before
-        for job in drained.jobs:
-            added = tuple(sorted(i[cut[job]:] for i in added_now if i.partition("#")[0] == job))
-            part = drained.job_memo[job]
-            self.halves[(details[job], shared)] = (self.number(part) if self.number else part, stepped[job], added)
-
-    def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
-        if not self.invariants:
-            return (), True
-        learn = None
-        if self.steps is not None and world.fast_copy_is_faithful():
-            answer, learn = self._from_memos(world)
-            if answer is not None:
-                if not self.steps.should_check():
-                    return answer
-                if _DrainJudge(self.invariants)(world) != answer:  # checked: made again with no memo
-                    from fence._transitions import MemoMismatch
-
-                    raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's")
-                return answer
-        drained = world.clone(history=False)
-        drained.start_draining()
-        seen: list[tuple] = []
-        answer = None
-        settled = False
-        after = None
-        first_round = 0
-        if drained.fast_copy_is_faithful():
-            in_flight = sorted(drained.network, key=_drain_order_key)
-            steps = len(drained.trace)
-            # While messages are in flight, the first half delivers the next one and
-            # goes on as it would from the state that delivery leads to: every state
-            # on the way ends the first half where this one does. Such a state is
-            # often another explored state (this one's child by that delivery).
-            while drained.network:
-                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    break
-                seen.append(key)
-                drained._drain_deliver_next()
-            if answer is not None:
-                for key in seen:
-                    self.memo[key] = answer
-                if learn is not None:
-                    # The answer is known, but what this first half does to each job is not:
-                    # finish it (the steps a first half takes from here) only to learn that,
-                    # so that states sharing these jobs' details compose (``_from_memos``).
-                    while drained.network:
-                        drained._drain_deliver_next()
-                    drained._drain_worker_steps()
-                    self._learn_halves(learn, drained, steps)
-                return answer
-            drained._drain_worker_steps()
-            if len(drained.trace) > steps:
-                if learn is not None:
-                    self._learn_halves(learn, drained, steps)
-                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    for key in seen:
-                        self.memo[key] = answer
-                    return answer
-                seen.append(key)
-                drained._drain_clock_and_janitors()
-                # The first half took a step, so this round is no fixed point; checked
-                # cheaply where it could fail: no message in flight before is in flight now.
-                assert not in_flight or sorted(drained.network, key=_drain_order_key) != in_flight
-                first_round = 1
-        for number in range(first_round, self.MAX_ROUNDS):
-            # Round 0 is not looked up: it starts at the state itself, and the
-            # explorer drains each distinct state once (distinct keys with symmetry
-            # are distinct without it), so a first round is never seen twice.
-            if number:
-                key = (state_key(drained), number)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    break
-                seen.append(key)
-            # A round starts where the last one ended: its fingerprint is the last one's ``after``.
-            before, steps = after if after is not None else drained.fingerprint(), len(drained.trace)
-            drained._drain_round()
-            after = drained.fingerprint()
-            if drained.reached_fixed_point(before, steps, after):
-                settled = True
-                break
-        if answer is None:
-            broken = tuple(inv.name for inv in self.invariants if inv.check(drained))
-            answer = (broken, settled)
-        for key in seen:
-            self.memo[key] = answer
-        return answer
-
-
-def _drain_order_key(message) -> tuple:
-    return (message.kind._value_, message.attempt, message.result._value_ if message.result else "")
 
 
 def _counterexample(policy, config, inv, actions, destination_factory, ledger_factory=None) -> Counterexample | None:
@@ -1607,7 +1108,7 @@ def _level_worker(pipe, setup) -> None:
     policy, config, symmetry, invariants, destination_factory = setup
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
     memo = _Memo(step_invariants)
-    judge_drain = _DrainJudge([inv for inv in invariants if inv.at_teardown], memo.steps if memo.usable else None)
+    judge_drain = DrainJudge([inv for inv in invariants if inv.at_teardown], memo.steps if memo.usable else None)
     waiting: dict[tuple, World] = {}
     sent: set[tuple] = set()
     try:
@@ -1674,8 +1175,6 @@ def _level_worker(pipe, setup) -> None:
 
 def _handed_over(world: World) -> World:
     """A world another worker made, less its memo details: they are numbers of that worker's memo."""
-    from fence._transitions import DETAIL
-
     world.job_memo = {name: value for name, value in world.job_memo.items() if not name.startswith(DETAIL)}
     return world
 
@@ -1728,8 +1227,6 @@ def report_text(found: Exploration) -> str:
 
 
 def to_json(found: Exploration) -> dict:
-    from fence import _counterexample
-
     return {
         "policy": found.policy.name,
         "config": {
@@ -1743,7 +1240,7 @@ def to_json(found: Exploration) -> dict:
         "verdicts": {name: item.outcome.value for name, item in found.results.items()},
         "shortest_steps": {name: item.depth for name, item in found.results.items() if item.depth is not None},
         "counterexamples": {
-            name: _counterexample.to_json(item.counterexample)
+            name: counterexample_json(item.counterexample)
             for name, item in found.results.items() if item.counterexample
         },
         "states": found.states,

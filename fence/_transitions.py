@@ -39,7 +39,7 @@ Why the memo key is complete
     change the answer:
 
     * which janitor acts or holds an answer: janitors keep no state but their
-      held answers (``World._up_to_janitors``); a probe adds an answer, a
+      held answers (``fence._state_key.up_to_janitors``); a probe adds an answer, a
       settle takes the one it names (its answer is in the step's relative
       form), a second step is owed per reservation; the key counts answers
       per reservation as a collection, and so does the detail;
@@ -66,6 +66,7 @@ Checked, not trusted
 
 from __future__ import annotations
 
+from fence._state_key import evidence_token, job_parts
 from fence._world import JOB_DETAIL as DETAIL
 from fence._world import Action, World
 
@@ -111,14 +112,12 @@ def job_details(world: World, wanted: list[str]) -> dict[str, tuple]:
         row = rows.get(job)
         if row is not None:
             row[4].append((m.kind._value_, handle.replace(job, ""), m.result._value_ if m.result else ""))
-    from fence._explore import _evidence_token
-
     for held in world.evidence:
         for rid, evidence in held.items():
             job = world.attempts[owner[rid]].key
             row = rows.get(job)
             if row is not None:
-                row[5].append((rid.replace(job, ""), _evidence_token(evidence)))
+                row[5].append((rid.replace(job, ""), evidence_token(evidence)))
     for _janitor, rid in world.follow_ups:
         job = world.attempts[owner[rid]].key
         row = rows.get(job)
@@ -191,10 +190,8 @@ def relative_action(world: World, action: Action, job: str) -> tuple:
     if kind == "settle":
         if action.follow_up:
             return ("settle", action.reservation[cut:], True)
-        from fence._explore import _evidence_token
-
         held = world.evidence[action.janitor][action.reservation]
-        return ("settle", action.reservation[cut:], False, _evidence_token(held))
+        return ("settle", action.reservation[cut:], False, evidence_token(held))
     return (kind, action.attempt[cut:])
 
 
@@ -234,11 +231,9 @@ class StepMemo:
 
     def learn(self, memo_key: tuple, job: str, parent: World, child: World, findings: tuple, reached: dict) -> tuple:
         """Remember what the step from ``parent`` to ``child`` (applied for real) did to ``job``."""
-        from fence._explore import _job_parts
-
         part = child.job_memo.get(job)
         if part is None:
-            part = _job_parts(child, [job])[job]
+            part = job_parts(child, [job])[job]
         detail = self.intern(job_details(child, [job])[job])
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
@@ -249,14 +244,12 @@ class StepMemo:
     def verify(self, memo_key: tuple, answer: tuple, job: str, parent: World, child: World,
                findings: tuple, reached: dict) -> None:
         """Compare a memoised answer with the step taken for real on ``child``."""
-        from fence._explore import _job_parts
-
         self.checks += 1
         fresh = child.clone(history=False)
         fresh.job_memo = {}
         cut = len(job)
         added = tuple(sorted(i[cut:] for i in _abandoned_by(child, job) - _abandoned_by(parent, job)))
-        real = (_job_parts(fresh, [job])[job], self.intern(job_details(fresh, [job])[job]), added, findings, reached,
+        real = (job_parts(fresh, [job])[job], self.intern(job_details(fresh, [job])[job]), added, findings, reached,
                 context(fresh))
         if real != answer:
             names = ("key part", "detail", "abandon promises", "findings", "dangers reached", "context after")

@@ -29,6 +29,7 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import get_state_machine_test
 
+from fence._counterexample import Counterexample
 from fence._destination import Destination, Guards
 from fence._draws import source_independent_draws
 from fence._errors import BadInput
@@ -36,7 +37,7 @@ from fence._invariants import INVARIANTS, Invariant, required_dangers
 from fence._ledger import Ledger
 from fence._minimise import minimise
 from fence._policies import JanitorPolicy
-from fence._world import ModelConfig, Step
+from fence._world import ModelConfig
 from fence._machines import InvariantViolation, Survey, machine_for
 
 EXPECTED_FILE = Path(__file__).with_name("expected_verdicts.txt")
@@ -70,28 +71,6 @@ EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizo
 (seconds per built-in policy; its state space is exhausted for each)."""
 EXPLORER_CHECK_BUDGET = 300.0
 """Seconds the explorer may take at that bound for a user's plug-ins before it says undetermined."""
-
-
-@dataclass(frozen=True)
-class Counterexample:
-    policy: str
-    config: ModelConfig
-    invariant: str
-    message: str
-    steps: tuple[Step, ...]
-    found_steps: int | None = None
-    """Chosen steps of the run Hypothesis found, before minimising."""
-    hypothesis_steps: int | None = None
-    """Chosen steps after Hypothesis' own shrink, when that was asked for."""
-    shortest_steps: int | None = None
-    """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
-    plugins: object = None
-    """The import specs of a user's policy, destination and ledger (fence._plugins.PlugInSpecs)."""
-
-    @property
-    def rule_steps(self) -> int:
-        """Steps the machine chose (the drain that ends a run is not counted)."""
-        return sum(1 for step in self.steps if not step.drain)
 
 
 @dataclass

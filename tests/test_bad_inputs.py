@@ -280,7 +280,7 @@ def test_a_policy_name_cannot_write_outside_out(tmp_path):
 
     from fence import _counterexample
 
-    from fence._verdicts import Counterexample
+    from fence._counterexample import Counterexample
 
     policy, config, invariant, _, _ = _counterexample.load(PINNED)
     world, _ = _counterexample.replay(PINNED)

@@ -20,12 +20,12 @@ import pytest
 
 from fence._cli import PROFILES
 from fence._destination import TicketService
-from fence._explore import (
-    ONE_PROCESS_FASTER, Outcome, _DrainJudge, explore, explore_with_workers, report_text, shortest, state_key,
-)
+from fence._drain_judge import DrainJudge
+from fence._explore import ONE_PROCESS_FASTER, Outcome, explore, explore_with_workers, report_text, shortest
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, required_dangers
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
+from fence._state_key import state_key
 from fence._verdicts import Verdict, load_expected, profile_settings, survey_config
 from fence._world import ModelConfig, World
 
@@ -361,12 +361,12 @@ def test_the_memo_check_catches_an_abstract_walk_memo_that_leaves_something_out(
     policy = "abandon-fenced"
     if broken == "drain asked with job1's detail for all":
         policy = "witness-fenced"
-        whole_lookup = _DrainJudge.lookup
+        whole_lookup = DrainJudge.lookup
 
         def one_detail(self, details, *rest):
             return whole_lookup(self, details[:1] * len(details), *rest)
 
-        monkeypatch.setattr(_DrainJudge, "lookup", one_detail)
+        monkeypatch.setattr(DrainJudge, "lookup", one_detail)
     elif broken == "enabled actions without the context":
         monkeypatch.setattr(_abstract, "enabled_key", lambda detail, shared: detail)
     elif broken == "live writers without the detail":
@@ -441,7 +441,7 @@ def test_the_memoised_drain_judges_as_drain_does():
     inv = BY_NAME["everything_settles"]
     rng = random.Random(5)
     for name in ("naive", "witness-fenced", "abandon-fenced-shared"):
-        judge = _DrainJudge([inv])
+        judge = DrainJudge([inv])
         for _ in range(60):
             world = World(POLICIES[name], ModelConfig(capacity=2, jobs=2))
             for _ in range(rng.randrange(0, 25)):

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 import pytest
 
 from fence import AttemptState, CommitResult, Decision, Evidence, Guards, Policy, TicketService
-from fence._explore import _up_to_janitors, explore, generic_state_key, state_key
+from fence._explore import explore
 from fence._invariants import BY_NAME
 from fence._ledger import Move
+from fence._state_key import generic_state_key, state_key, up_to_janitors
 from fence._policies import POLICIES
 from fence._verdicts import EXPLORER_BOUND
 from fence._world import Crash, Probe, Reserve, Scan, Start, Tick, World
@@ -41,7 +42,7 @@ def test_keying_and_ordering_never_ask_the_policy_to_decide(policy, monkeypatch)
         monkeypatch.setattr(type(policy), "decide", DecideMustNotBeCalled.decide)
     state_key(world)
     generic_state_key(world)
-    _up_to_janitors(world, world.enabled_actions())
+    up_to_janitors(world, world.enabled_actions())
     sorted(world.enabled("settle"), key=world._settle_order)
 
 

@@ -1,0 +1,296 @@
+"""The explorer's state key: what a world's future depends on, as one hashable value.
+
+``fence._explore`` says why the key may merge the states it merges ("The
+state key"); ``fence._transitions`` and ``fence._abstract`` build on the
+per-job parts made here. It sits below all three so that none of them imports
+another in a circle.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fence._ledger import Ledger, ReservationState
+from fence._policies import Evidence
+from fence._world import Action, MessageKind, Phase, World, _destination_snapshot
+from fence._world import _snapshot as _ledger_snapshot
+
+
+def state_key(world: World, symmetry: bool = False) -> tuple:
+    """A hashable picture of everything the world's future depends on (see above).
+
+    It is the clock and one part per job, each part written in names relative to
+    its job (attempt 2, reservation r2, "ticket for <job> (revision 2)"). With
+    ``symmetry`` the parts are sorted, so states that differ by a renaming of
+    the jobs get one key. A world with a user's ledger, destination or policy
+    is keyed by ``generic_state_key`` (no renaming inside a snapshot fence
+    does not know). Enum values are read as ``_value_``: the ``value``
+    property costs more than the rest of the key.
+    """
+    if not world.fast_copy_is_faithful():
+        return generic_state_key(world)
+    # Each job's part is kept on the world (``World.job_memo``) until a step
+    # touches that job: most transitions move one job, and then only its part
+    # is made again.
+    memo = world.job_memo
+    jobs = world.jobs
+    missing = [job for job in jobs if job not in memo]
+    if missing:
+        memo.update(job_parts(world, missing))
+    keyed = [memo[job] for job in jobs]
+    # The observer's present (mirror, effects seen, abandon answers) is a function
+    # of the ledger's and destination's state for fence's own parts, which the
+    # parts hold; only what it decides by itself is added.
+    abandoned = tuple(sorted(world.observer.abandoned)) if world.observer.abandoned else ()
+    return (world.now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
+
+
+def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
+    """The key's part of each job in ``wanted``, written in names relative to the job.
+
+    A part depends on the job's reservations (and the clock, through their
+    deadlines), the janitors' answers about them, the destination's effects
+    for the job's key and witness entries for its attempts, its attempts,
+    their messages in flight and its retries queued: nothing another job's
+    step changes (``World.job_memo`` relies on it).
+    """
+    now = world.now
+    parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in wanted}
+    # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
+    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
+    # Enum members are compared by identity (``is``), never looked up in sets:
+    # an Enum's hash is a Python-level call, and the key is made per transition.
+    reserved = ReservationState.RESERVED
+    unknown = ReservationState.OUTCOME_UNKNOWN
+    evidence = world.evidence
+    for x in world.ledger._reservations.values():
+        job, _, number = x.reservation_id.partition("/")
+        part = parts.get(job)
+        if part is None:
+            continue
+        state = x.state
+        if state is reserved:
+            part[0].append((number, state._value_, x.deadline if x.deadline > now else -1))
+        elif state is unknown:
+            # A janitor's answer counts for the decision it leads to, and only while
+            # its reservation is still outcome_unknown (a settle on anything else is
+            # refused, and nothing returns to outcome_unknown). Which janitor holds
+            # which answer does not matter: janitors are interchangeable and their
+            # steps on different reservations touch different entries.
+            rid = x.reservation_id
+            answers = [evidence_token(held[rid]) for held in evidence if rid in held]
+            part[0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
+        else:
+            part[0].append((number, state._value_))
+    destination = world.destination
+    # Effects of a key keep their order (the first payload is the ticket on
+    # record); which attempt wrote one and the order across keys decide nothing.
+    for e in destination._effects:
+        part = parts.get(e.key)
+        if part is not None:
+            part[1].append(e.payload.replace(e.key, ""))
+    for identity, state in destination._attempts.items():
+        job, _, number = identity.partition("#")
+        part = parts.get(job)
+        if part is not None:
+            part[2].append((number, state._value_))
+    witness_kept = destination.guards.witness
+    attempts = world.attempts
+    commits_in_flight = set()
+    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
+    commit_sent = Phase.COMMIT_SENT
+    for m in world.network:
+        job, _, number = m.attempt.partition("#")
+        part = parts.get(job)
+        if part is None:
+            continue
+        kind = m.kind
+        if kind is commit:
+            commits_in_flight.add(m.attempt)
+        # An answer to an attempt no longer waiting for one is dropped on arrival,
+        # and a registration reaches a destination that keeps no witness in vain.
+        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
+            continue
+        elif kind is register and not witness_kept:
+            continue
+        part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
+    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
+    unsent = (Phase.RESERVED, Phase.WORKING)  # _UNSENT, as a tuple: identity before hashing
+    for a in attempts.values():
+        job, _, number = a.handle.partition("#")
+        part = parts.get(job)
+        if part is None:
+            continue
+        in_flight = a.handle in commits_in_flight
+        phase = a.phase
+        if (phase is crashed or phase is done) and not in_flight:
+            part[3].append((number,))  # its future is only what its messages do
+        elif phase is crashed:
+            part[3].append((number, "crashed", a.payload.replace(job, "")))
+        else:
+            # The answer matters once it arrived (confirm or confirm_existing);
+            # the payload until the commit carrying it was delivered.
+            part[3].append((
+                number, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
+            ))
+    for job in world.retry_queue:
+        part = parts.get(job)
+        if part is not None:
+            part[5] += 1
+    return {
+        job: (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
+        for job, p in parts.items()
+    }
+
+
+def _sorted_tuple(items: list) -> tuple:
+    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
+    return tuple(items) if len(items) < 2 else tuple(sorted(items))
+
+
+def generic_state_key(world: World) -> tuple:
+    """The key of a world with a user's ledger, destination or policy: slower, and no symmetry.
+
+    It keeps names as they are (fence cannot rename inside a plug-in's
+    snapshot), every janitor's answers by janitor, and the plug-ins' own
+    ``snapshot()``. A held answer is keyed by its value if it hashes as one,
+    else by the object itself (never merged with another). Whether a plug-in's
+    snapshot really holds all of its state is not trusted: ``FaithfulnessCheck``
+    tests it on the run.
+    """
+    observer = world.observer
+    # The same reductions as the fast key, for the parts fence owns: a finished
+    # or crashed attempt with no commit on its way is only its names; the answer
+    # counts once it arrived, the payload until the commit carrying it landed; an
+    # answer to an attempt no longer waiting for one is dropped on arrival.
+    commits_in_flight = {m.attempt for m in world.network if m.kind is MessageKind.COMMIT}
+    attempts = []
+    for a in world.attempts.values():
+        in_flight = a.handle in commits_in_flight
+        if a.phase in _DEAD and not in_flight:
+            attempts.append((a.handle, a.identity, a.reservation_id, "gone", a.phase is Phase.CRASHED and a.wrote))
+        else:
+            attempts.append((
+                a.handle, a.identity, a.reservation_id, a.phase.value,
+                a.ack.value if a.phase is Phase.ACKED else "",
+                a.payload if (a.phase in _UNSENT or in_flight) else "", a.wrote,
+            ))
+    network = tuple(sorted(
+        (m.kind.value, m.attempt, m.result.value if m.result else "")
+        for m in world.network
+        if not answer_nobody_waits_for(world, m.kind._value_, m.attempt)
+    ))
+    # fence's own Evidence is a value and janitors keep no state: its answers count
+    # per reservation, whichever janitor holds them (as in the fast key). Any other
+    # answer object is kept with its janitor.
+    held_values: list = []
+    held_by_janitor: list = []
+    for janitor, answers in enumerate(world.evidence):
+        for rid, found in answers.items():
+            if type(found) is Evidence:
+                held_values.append((rid, evidence_token(found)))
+            else:
+                held_by_janitor.append((janitor, rid, _held_token(found)))
+    held = (tuple(sorted(held_values)), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
+    attempts = tuple(sorted(attempts))
+    mirror = tuple(sorted((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values()))
+    ledger = world.ledger
+    if type(ledger) is Ledger:
+        # fence's own ledger as the fast key reads it: a deadline only while it can expire.
+        ledger_part = tuple(sorted(
+            (r.reservation_id, r.owner, r.state._value_,
+             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
+            for r in ledger._reservations.values()
+        ))
+    else:
+        ledger_part = _ledger_snapshot(ledger)
+    policy_snapshot = getattr(world.policy, "snapshot", None)
+    return (
+        world.now, attempts, network, tuple(sorted(world.retry_queue)), tuple(sorted(world.follow_ups)), held,
+        mirror, tuple(sorted(observer.abandoned)), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
+        ledger_part, _destination_snapshot(world.destination),
+        policy_snapshot() if callable(policy_snapshot) else None,
+    )
+
+
+def answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
+    """Is a message of ``kind`` (its value) to ``attempt`` an answer that attempt no longer waits for?
+
+    Its arrival changes nothing, so the generic key leaves it out, and the
+    FaithfulnessCheck does not compare what two merged worlds say when it arrives.
+    """
+    return kind == _ACK and world.attempts[attempt].phase is not Phase.COMMIT_SENT
+
+
+_ACK = MessageKind.ACK.value
+
+
+def _held_token(found) -> object:
+    """A user's answer object as a key part.
+
+    An object that prints its fields (a dataclass, say) is keyed by that text,
+    with memory addresses cut out: an answer that carries the destination it
+    came from then keys alike in every copy of the world, since each copy's
+    answer points at its own copy of the destination. Any other object is keyed
+    by itself: never merged with another answer (and kept alive by the key, so
+    its id is not reused). Merges are tested by ``FaithfulnessCheck`` either way.
+    """
+    if type(found).__repr__ is not object.__repr__:
+        return (type(found).__qualname__, _ADDRESS.sub("", repr(found)))
+    return ("object", id(found), found)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def evidence_token(evidence) -> tuple:
+    """A janitor's held answer as a key part: the answer itself, never the policy's decision on it.
+
+    The policy's ``decide`` runs when a settle is taken and at no other moment
+    (a decide that writes would otherwise write while the explorer only looks).
+    fence's own ``Evidence`` is a frozen value; fields are read as ``_value_``
+    for speed.
+    """
+    # Sortable: None is written as "" (no AttemptState has that value).
+    return (
+        -1 if evidence.key_exists is None else int(evidence.key_exists),
+        evidence.attempt_state._value_ if evidence.attempt_state is not None else "",
+        evidence.attempt_asked,
+        evidence.abandon_result._value_ if evidence.abandon_result is not None else "",
+    )
+
+
+_DEAD = frozenset({Phase.CRASHED, Phase.DONE})
+_UNSENT = frozenset({Phase.RESERVED, Phase.WORKING})
+
+
+def up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
+    """The actions, less those another janitor's same action already stands for.
+
+    Janitors keep no state but the answers they hold, and the key counts those
+    per reservation without saying which janitor holds which. So any janitor's
+    scan of a reservation leads to the same state, any janitor's probe of it
+    (by one that holds no answer for it) to states with one key, and so does a
+    settle by any janitor holding an answer with the same decision. One of each
+    is taken; the state space is the same, with fewer transitions to it.
+    """
+    taken: set[tuple] = set()
+    kept = []
+    for action in actions:
+        kind = action.kind
+        if kind == "scan" or kind == "probe":
+            same = (kind, action.reservation)
+        elif kind == "settle":
+            if action.follow_up:
+                same = (kind, action.reservation, "follow_up")
+            else:
+                same = (kind, action.reservation, evidence_token(world.evidence[action.janitor][action.reservation]))
+        else:
+            kept.append(action)
+            continue
+        if same not in taken:
+            taken.add(same)
+            kept.append(action)
+    return kept
