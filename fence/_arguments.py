@@ -59,6 +59,11 @@ def workers(text: str) -> int:
     return positive(text, MOST_WORKERS)
 
 
+def repeats(text: str) -> int:
+    """How many times a benchmark repeats each measurement: a median needs a few, a hundred is a typo."""
+    return positive(text, 100)
+
+
 def explorer_bound(text: str) -> ModelConfig:
     """``UxJxA:H`` (units x jobs x attempts : horizon) as the bench's model, lease 2, 2 janitors."""
     sizes, _, horizon = text.partition(":")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -291,6 +291,8 @@ class ExplorerRow:
     """The exploring process's peak resident memory (ru_maxrss), in a process of the row's own."""
     workers_peak_mib: float | None
     """With explorer workers: the largest worker process's peak resident memory."""
+    runs_seconds: tuple[float, ...] = ()
+    """With ``repeat``: every run's wall time; this row's figures are its median run's."""
 
     @property
     def states_per_second(self) -> float:
@@ -354,6 +356,7 @@ def _explore_in_child(pipe, arguments) -> None:
 def explorer(
     policies: Sequence[str], budget: float, workers: int, command: str, out: Path,
     bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS, symmetry: str = "both", explorer_workers: int = 1,
+    repeat: int = 1,
 ) -> int:
     """Per policy and bound: states/s, transitions/s, wall time and peak memory of one exploration.
 
@@ -361,7 +364,10 @@ def explorer(
     "on" or "off". With ``explorer_workers`` > 1 each exploration shares its
     levels between that many processes (``explore_with_workers``, even where
     one process is faster: this measures it) and the rows run one after
-    another, so that they do not compete for the cores.
+    another, so that they do not compete for the cores. With ``repeat`` n > 1
+    each row is explored n times, each in a fresh process, and reported by its
+    median run (by wall time) with the range of the n: one run on a noisy
+    machine is not a figure to quote.
     """
     choices = {"both": (False, True), "on": (True,), "off": (False,)}[symmetry]
     tasks = [
@@ -372,18 +378,22 @@ def explorer(
     ]
     side_by_side = workers if explorer_workers < 2 else 1
     started = time.perf_counter()
-    by_task = {}
+    runs: dict[int, list[ExplorerRow]] = {}
+    repeated = [task for task in tasks for _ in range(repeat)]
     # As finished, kept in task order for the table; a Ctrl-C stops every worker (fence._pool)
-    for done, (index, row) in enumerate(run_tasks(_explore_one, tasks, side_by_side), 1):
-        by_task[index] = row
-        print(f"[{done}/{len(tasks)}] {row.name} {row.config.describe()} symmetry={row.symmetry}: {row.states} states, "
+    for done, (index, row) in enumerate(run_tasks(_explore_one, repeated, side_by_side), 1):
+        runs.setdefault(index // repeat, []).append(row)
+        print(f"[{done}/{len(repeated)}] {row.name} {row.config.describe()} symmetry={row.symmetry}: {row.states} states, "
               f"{row.seconds:.1f}s, peak {row.peak_mib:.0f} MiB", file=sys.stderr)
-    rows = [by_task[index] for index in sorted(by_task)]
+    rows = [_median_run(runs[index]) for index in sorted(runs)]
     wall = time.perf_counter() - started
     if explorer_workers > 1:
         how = f"# each row: one exploration on {explorer_workers} processes sharing each level; rows one at a time"
     else:
         how = f"# worker processes: {side_by_side} (each row is one single-process exploration, in a process of its own)"
+    if repeat > 1:
+        how += (f"\n# each row explored {repeat} times, each in a fresh process: its figures are the median run's "
+                "(by wall time), 'runs s' the fastest and slowest, peak MiB the largest")
     lines = [
         *_evidence.header(command),
         how,
@@ -394,7 +404,8 @@ def explorer(
         "",
         "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
         f"{'policy':22} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
-        f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} exhausted verdicts",
+        f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} exhausted verdicts"
+        + ("  runs s" if repeat > 1 else ""),
     ]
     for row in rows:
         config = row.config
@@ -404,6 +415,7 @@ def explorer(
             f"{row.name:22} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
             f"{row.depth:>5} {row.seconds:>8.1f} {row.states_per_second:>8.0f} {row.transitions_per_second:>8.0f} "
             f"{peak:>13} {'yes' if row.exhausted else 'NO':9} {row.outcomes}"
+            + (f"   {min(row.runs_seconds):.1f}-{max(row.runs_seconds):.1f}" if repeat > 1 else "")
         )
     picture = out.with_suffix(".png")
     if _explorer_plot(rows, picture, bounds):
@@ -412,6 +424,18 @@ def explorer(
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
     _publish(lines, out)
     return 0
+
+
+def _median_run(runs: list[ExplorerRow]) -> ExplorerRow:
+    """The run of median wall time (the lower middle of an even number), with every run's time and the largest peak."""
+    ordered = sorted(runs, key=lambda row: row.seconds)
+    middle = ordered[(len(ordered) - 1) // 2]
+    return replace(
+        middle,
+        runs_seconds=tuple(row.seconds for row in ordered),
+        peak_mib=max(row.peak_mib for row in runs),
+        workers_peak_mib=None if middle.workers_peak_mib is None else max(row.workers_peak_mib for row in runs),
+    )
 
 
 def _explorer_plot(rows: list[ExplorerRow], picture: Path, bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS) -> bool:

@@ -369,6 +369,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
                           help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")
+    explorer.add_argument("--repeat", type=_arguments.repeats, default=1, metavar="N",
+                          help="explorer: explore each row N times, each in a fresh process, and report the median "
+                          "run with the range (default 1)")
     explorer.add_argument("--explorer-workers", type=_arguments.workers, default=1,
                           help="explorer: processes sharing each exploration's levels, even where one is faster "
                           "(rows then run one at a time)")
@@ -534,7 +537,7 @@ def cmd_bench(args) -> int:
     if args.what == "explorer":
         return _bench.explorer(
             names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
-            symmetry=args.symmetry, explorer_workers=args.explorer_workers,
+            symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat,
         )
     if args.what == "counterexamples":
         return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())

@@ -212,6 +212,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "bench seeds 0": (["bench", "detection", "--seeds", "0"], "must be at least 1"),
     "bench unknown policy": (["bench", "detection", "--policy", "bogus"], "unknown policy 'bogus'"),
     "bench time-budget negative": (["bench", "explorer", "--time-budget", "-1"], "more than 0 seconds"),
+    "bench repeat 0": (["bench", "explorer", "--repeat", "0"], "must be at least 1"),
+    "bench repeat a typo": (["bench", "explorer", "--repeat", "1000"], "must be at most 100"),
     "bench bound without horizon": (["bench", "explorer", "--bound", "2x2x2"], "units x jobs x attempts : horizon"),
     "bench bound more jobs than units": (["bench", "explorer", "--bound", "1x2x1:2"], "must not exceed capacity"),
     "bench backend not fleet": (["bench", "detection", "--backend", "sqlite"], "are for 'fence bench fleet'"),
