@@ -877,7 +877,7 @@ def shortest(
 # Why a walk asked for several processes runs in one: share_levels="where_it_pays" (the default).
 ONE_PROCESS_FASTER = (
     "the abstract walk in one process outpaces levels shared between processes "
-    "(2x2x2 abandon-fenced: about 4 times faster; see fence bench explorer)"
+    "(2x2x2 abandon-fenced: about 3 times faster; see fence bench explorer)"
 )
 
 
@@ -890,7 +890,7 @@ def explore_with_workers(
     by a step invariant of the user's, which the memos cannot judge, so that
     every new state is cloned and applied for real. With the built-in
     invariants one process takes the abstract walk (``fence._abstract``), which
-    is about four times faster at 2x2x2 than two processes sharing levels on
+    is about three times faster at 2x2x2 than two processes sharing levels on
     the step memo's path (the workers do not take the abstract walk: its memo
     numbers are one process's own); the result says so
     (``one_process_because``). ``share_levels="always"`` shares them whenever
