@@ -40,6 +40,10 @@ The state key
     Every other field of the world the future depends on (attempts used,
     reservation ownership, the ledger's current reservation per key, the
     destination's first payload per key) is a function of what the key holds.
+    The key is written by hand; ``key_congruence`` holds it against
+    ``fence._state_key.whole_state``, every field read mechanically, by
+    checking that the states one key merges have the same steps, findings
+    and drain.
     Merged states have the same enabled actions up to steps that change nothing,
     so breadth first still finds a shortest counterexample: a step that changes
     nothing is never on a shortest path.
@@ -146,7 +150,7 @@ from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_d
 from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
 from fence._policies import JanitorPolicy
-from fence._state_key import answer_nobody_waits_for, generic_state_key, state_key, up_to_janitors
+from fence._state_key import answer_nobody_waits_for, generic_state_key, state_key, up_to_janitors, whole_state
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._world import Action, ModelConfig, World
 
@@ -238,6 +242,7 @@ def explore(
     faithfulness: tuple[int, int] | None = None,
     check_memo: int = 0,
     memo: bool = True,
+    by_whole_state: bool = False,
 ) -> Exploration:
     """Breadth-first over every enabled action; a verdict per invariant.
 
@@ -250,7 +255,15 @@ def explore(
     ``check_memo`` n > 0 compares every n-th answer of the step memo with the
     model's own step (``fence._transitions``); a difference raises. ``memo=False``
     walks without the memos (every transition cloned and applied), for comparison.
+    ``by_whole_state=True`` is the reference the hand-kept key is tested against:
+    fence's own parts only, every enabled action taken (no janitor stands for
+    another), each state keyed by ``fence._state_key.whole_state``, no memo and no
+    symmetry; it merges only states equal in every field, so it is slow.
     """
+    if by_whole_state:
+        if not World(policy, config, destination_factory, ledger_factory).fast_copy_is_faithful():
+            raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
+        memo, symmetry = False, False
     started = time.perf_counter()
     result = Exploration(policy, config, max_depth, symmetry)
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
@@ -261,7 +274,7 @@ def explore(
 
     root = World(policy, config, destination_factory, ledger_factory)
     parents: list[tuple[int, Action] | None] = [None]
-    visited = {state_key(root, symmetry): 0}
+    visited = {whole_state(root) if by_whole_state else state_key(root, symmetry): 0}
     faithfulness_check = None
     if not root.fast_copy_is_faithful():
         symmetry = result.symmetry = False  # fence cannot rename jobs inside a plug-in's state
@@ -282,7 +295,14 @@ def explore(
     def check_teardown(node: int, state) -> None:
         if all(inv.name in found for inv in teardown_invariants):
             return
-        broken, settled = walk.judge_drain_of(state) if walk is not None else judge_drain(state)
+        if walk is not None:
+            broken, settled = walk.judge_drain_of(state)
+        elif by_whole_state:  # the model's drain itself, no memo keyed by the hand-kept key
+            drained = state.clone(history=False)
+            settled = drained.drain(DrainJudge.MAX_ROUNDS)
+            broken = [inv.name for inv in teardown_invariants if inv.check(drained)]
+        else:
+            broken, settled = judge_drain(state)
         result.drains_unsettled += not settled
         for name in broken:
             found.setdefault(name, (node, None))
@@ -292,7 +312,7 @@ def explore(
             return walk.successors(entry, visited, found, result.reached)
     else:
         def successors(world: World):
-            return _successors(world, symmetry, step_invariants, found, result.reached)
+            return _successors(world, symmetry, step_invariants, found, result.reached, by_whole_state)
 
     def expand(node: int, world: World, following: list) -> None:
         """Take each action from ``world``; judge each successor; queue the new ones."""
@@ -684,19 +704,21 @@ def _judge(
             result.results[inv.name] = InvariantResult(inv, Outcome.PROVED)
 
 
-def _successors(world: World, symmetry: bool, step_invariants, known, reached: Counter):
+def _successors(world: World, symmetry: bool, step_invariants, known, reached: Counter, by_whole_state=False):
     """Every transition out of ``world``: ``(action, child, key, broken)`` per action taken.
 
     One action per group of janitors' interchangeable ones (``up_to_janitors``),
     each on a clone without history, so ``broken`` (the step invariants not in
     ``known`` that this transition breaks) and the dangers it adds to ``reached``
     are what the transition alone did. Both ``explore`` and the workers of
-    ``explore_with_workers`` walk the graph through this.
+    ``explore_with_workers`` walk the graph through this. ``by_whole_state``:
+    every enabled action, each child keyed by ``whole_state`` (no reduction).
     """
     # An invariant judged on the observer's findings alone holds while the transition
     # recorded none (a clone without history starts with none): only the others are asked.
     judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
-    for action in up_to_janitors(world, world.enabled_actions()):
+    actions = world.enabled_actions()
+    for action in (actions if by_whole_state else up_to_janitors(world, actions)):
         child = world.clone(history=False)
         child.apply(action)
         if child.reached:
@@ -704,7 +726,7 @@ def _successors(world: World, symmetry: bool, step_invariants, known, reached: C
             child.reached.clear()
         asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
         broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
-        yield action, child, state_key(child, symmetry), broken
+        yield action, child, whole_state(child) if by_whole_state else state_key(child, symmetry), broken
 
 
 def memo_judges(step_invariants) -> bool:
@@ -845,6 +867,71 @@ def _counterexample(policy, config, inv, actions, destination_factory, ledger_fa
         tuple(replayed.world.trace),
         shortest_steps=len(replayed.actions),
     )
+
+
+def key_congruence(
+    policy: JanitorPolicy, config: ModelConfig, *, symmetry: bool = False, invariants: tuple[Invariant, ...] = INVARIANTS,
+    key: Callable[[World, bool], tuple] | None = None, most: int = 10,
+) -> tuple[int, list[str]]:
+    """Whether the hand-kept key only merges states with the same future, at these bounds: (states, differences).
+
+    Walks every reachable state by ``whole_state`` (every field, every enabled
+    action) and groups the states by ``state_key``. Merging a group is sound
+    when its states are alike to every judge: the same keys one step away, each
+    step breaking the same step invariants, and the same drain (invariant 6 and
+    whether it settles). A step that leads back to the same key is left out
+    unless it breaks an invariant the state did not already break: it changes
+    nothing the key holds (a settle refused on an answer gone stale is one, and
+    a registration delivered to a destination that keeps no witness). Each group's first state is compared with
+    every other; the walk stops at the ``most``-th difference. ``key`` replaces
+    ``state_key`` (a test breaks it to see this fail).
+    """
+    key = key or state_key
+    step_invariants = [inv for inv in invariants if not inv.at_teardown]
+    teardown_invariants = [inv for inv in invariants if inv.at_teardown]
+    root = World(policy, config)
+    if not root.fast_copy_is_faithful():
+        raise ValueError("key_congruence reads fence's own parts only; a user's plug-ins take the generic path")
+    seen = {whole_state(root)}
+    frontier = [root]
+    first_of: dict[tuple, tuple] = {}
+    differences: list[str] = []
+    states = 0
+    while frontier:
+        following = []
+        for world in frontier:
+            states += 1
+            own_key = key(world, symmetry)
+            present = world.clone(history=False)  # no findings: only a present-state invariant can fire
+            broken_already = {inv.name for inv in step_invariants if inv.check(present)}
+            steps = set()
+            for action in world.enabled_actions():
+                child = world.clone(history=False)
+                child.apply(action)
+                broken = tuple(inv.name for inv in step_invariants if inv.check(child))
+                child_key = key(child, symmetry)
+                if child_key != own_key:
+                    steps.add((child_key, broken))
+                elif set(broken) - broken_already:  # a step that changes nothing the key holds, but records a finding
+                    steps.add((child_key, broken))
+                whole = whole_state(child)
+                if whole not in seen:
+                    seen.add(whole)
+                    following.append(child)
+            drained = world.clone(history=False)
+            settled = drained.drain(DrainJudge.MAX_ROUNDS)
+            drain = (tuple(inv.name for inv in teardown_invariants if inv.check(drained)), settled)
+            first = first_of.setdefault(own_key, (frozenset(steps), drain))
+            if (first[0], first[1]) != (frozenset(steps), drain):
+                only_first, only_this = len(first[0] - steps), len(steps - first[0])
+                differences.append(
+                    f"one key merges states that differ: {only_first} step(s) only from the first, {only_this} only "
+                    f"from another, drains {first[1]} and {drain} (key {own_key!r})"
+                )
+                if len(differences) >= most:
+                    return states, differences
+        frontier = following
+    return states, differences
 
 
 def shortest(

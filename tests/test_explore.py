@@ -21,7 +21,9 @@ import pytest
 from fence._cli import PROFILES
 from fence._destination import TicketService
 from fence._drain_judge import DrainJudge
-from fence._explore import ONE_PROCESS_FASTER, Outcome, explore, explore_with_workers, report_text, shortest
+from fence._explore import (
+    ONE_PROCESS_FASTER, Outcome, explore, explore_with_workers, key_congruence, report_text, shortest,
+)
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, required_dangers
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
@@ -38,7 +40,13 @@ ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("explorer_results", ROOT / "tools" / "explorer_results.py")
 explorer_results = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(explorer_results)
-_CACHE: dict[str, object] = {}
+_CACHE: dict[object, object] = {}
+
+
+def explored_at(name: str, config: ModelConfig):
+    if (name, config) not in _CACHE:
+        _CACHE[(name, config)] = explore(POLICIES[name], config)
+    return _CACHE[(name, config)]
 
 
 def explored(name: str):
@@ -144,6 +152,114 @@ def test_explorer_and_hypothesis_agree_at_the_same_bound(name):
     assert missed == known, f"Hypothesis missed {sorted(missed)}; known misses {sorted(known)}"
     for inv, example in hypothesis.counterexamples.items():
         assert found.results[inv].depth <= example.rule_steps
+
+
+# Small enough for the reference walk (3,159 to 14,036 whole states, 1 to 7 s each), big
+# enough that every policy has violated and proved cells and reaches every danger.
+WHOLE_STATE_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
+
+
+# A janitor's settle on an answer gone stale is refused and changes nothing the key
+# holds: the hand-kept key drops such answers (fence._state_key), so it may never
+# take that step, which the reference, keeping every answer, does.
+MERGED_AWAY_BY_DESIGN = {"settle_on_stale_evidence_refused"}
+
+
+def _conclusions(found) -> tuple:
+    """What a walk concludes, whatever key it merged states by: verdicts, shortest lengths, situations reached."""
+    return (
+        found.exhausted,
+        {name: (item.outcome, item.depth) for name, item in found.results.items()},
+        sorted(name for name, count in found.reached.items() if count and name not in MERGED_AWAY_BY_DESIGN),
+    )
+
+
+# Each walk by the whole state costs 2 to 12 s of CPU at WHOLE_STATE_BOUND; these
+# policies between them use every mechanism the key must hold (witness entries,
+# the fence, abandon promises, follow-ups, a shared identity). All eight run with --run-slow.
+WHOLE_STATE_IN_EVERY_RUN = ("naive", "witness-fenced", "abandon-fenced-shared")
+
+
+def _every_run_or_slow(names):
+    return [name if name in names else pytest.param(name, marks=pytest.mark.slow) for name in POLICIES]
+
+
+@pytest.mark.parametrize("name", _every_run_or_slow(WHOLE_STATE_IN_EVERY_RUN))
+def test_the_hand_kept_key_merges_only_states_with_the_same_future(name):
+    """Every state the key merges at WHOLE_STATE_BOUND has the same steps, findings and drain as the others.
+
+    ``key_congruence`` walks every reachable state by ``whole_state`` (read
+    mechanically from the objects' fields) and groups them by ``state_key``.
+    """
+    states, differences = key_congruence(POLICIES[name], WHOLE_STATE_BOUND)
+    assert states > explored_at(name, WHOLE_STATE_BOUND).states
+    assert differences == []
+
+
+@pytest.mark.parametrize("left_out", ["the clock", "the job's attempts"])
+def test_the_congruence_check_catches_a_key_that_forgets_a_field(left_out):
+    """The check can fail: a key without the clock, or without the job's attempts, merges states it must not."""
+
+    def forgetful(world, symmetry=False):
+        now, parts, abandoned = state_key(world, symmetry)
+        if left_out == "the clock":
+            return 0, parts, abandoned
+        return now, tuple(part[:3] + part[4:] for part in parts), abandoned
+
+    _states, differences = key_congruence(POLICIES["naive"], WHOLE_STATE_BOUND, key=forgetful, most=1)
+    assert differences and "one key merges states that differ" in differences[0]
+
+
+@pytest.mark.parametrize("name", _every_run_or_slow(("naive", "abandon-fenced")))
+def test_the_hand_kept_key_concludes_what_the_whole_state_does(name):
+    """The explorer's walk (abstract walk, memos, reductions) and the walk by every field of the world agree.
+
+    The reference (``by_whole_state``) keys each state by ``whole_state`` and
+    takes every janitor's step: it merges only states equal in every field.
+    Verdicts, shortest lengths and the situations reached must be the same
+    (counts differ by design: the reference has 5 to 20 times the states).
+    """
+    reference = explore(POLICIES[name], WHOLE_STATE_BOUND, by_whole_state=True)
+    fast = explored_at(name, WHOLE_STATE_BOUND)
+    assert reference.states > fast.states
+    assert _conclusions(reference) == _conclusions(fast)
+    assert not fast.missing_dangers()
+
+
+def test_a_walk_by_a_key_that_forgets_a_field_concludes_otherwise(monkeypatch):
+    """The comparison can fail: a key whose job parts forget the reservations concludes otherwise.
+
+    (The walk without memos takes ``fence._explore.state_key``.)
+    """
+    from fence import _explore
+
+    whole_key = _explore.state_key
+
+    def without_reservations(world, symmetry=False):
+        now, parts, abandoned = whole_key(world, symmetry)
+        return now, tuple(part[1:] for part in parts), abandoned
+
+    monkeypatch.setattr(_explore, "state_key", without_reservations)
+    forgetful = explore(POLICIES["abandon-fenced"], WHOLE_STATE_BOUND, memo=False)
+    reference = explore(POLICIES["abandon-fenced"], WHOLE_STATE_BOUND, by_whole_state=True)
+    assert _conclusions(forgetful) != _conclusions(reference)
+
+
+def test_the_whole_state_reads_every_field_but_those_declared_not_state():
+    """A new field is in the whole state without a word; one it cannot read raises; no declaration is stale."""
+    from fence._state_key import NOT_STATE, whole_state
+
+    world = World(POLICIES["abandon-fenced"], WHOLE_STATE_BOUND)
+    before = whole_state(world)
+    world.ledger.a_new_field = 1
+    assert whole_state(world) != before
+    world.ledger.a_new_field = object()
+    with pytest.raises(TypeError, match="declare it in NOT_STATE"):
+        whole_state(world)
+    del world.ledger.a_new_field
+    parts = {"World": world, "Ledger": world.ledger, "TicketService": world.destination, "Observer": world.observer}
+    for kind, fields in NOT_STATE.items():
+        assert all(hasattr(parts[kind], field) for field in fields), kind
 
 
 @pytest.mark.parametrize("name", list(HARDEST_CELL))
