@@ -372,6 +372,23 @@ def test_two_janitors_claiming_at_once_never_claim_the_same_lease(backend_url):
             janitor.close()
 
 
+def test_a_claim_takes_at_most_its_limit_oldest_first(backend_url):
+    """claim_expired moves at most ``limit`` expired leases, the oldest first, and leaves the rest expired.
+
+    On PostgreSQL the claim picks its leases in a CTE evaluated once: a subquery
+    with LIMIT and SKIP LOCKED inside ``seq IN (...)`` may be run again per row.
+    """
+    backend = _expired_leases(backend_url, 20)
+    try:
+        batch = backend.ledger.claim_expired(10, "janitor-0", Move.EXPIRE_AND_RELEASE, limit=7)
+        assert [r.reservation_id for r in batch] == [f"job{n}/r1" for n in range(7)]
+        assert len(backend.ledger.expired(10)) == 13
+        assert backend.ledger.claim_expired(10, "janitor-0", Move.EXPIRE_AND_RELEASE, limit=20)[0].reservation_id == "job7/r1"
+        assert backend.ledger.expired(10) == []
+    finally:
+        backend.close()
+
+
 def test_a_stale_settle_is_refused_not_applied_twice(backend_url):
     """Two janitors settling the same 50 held leases at once: each lease is settled by one, refused to the other."""
     count = 50

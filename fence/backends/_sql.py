@@ -75,6 +75,8 @@ class Dialect:
     """Appended to a SELECT whose rows the transaction is about to change."""
     skip_locked: str
     """Appended to the janitor's claim query: rows another janitor holds are skipped."""
+    materialized: str
+    """Between ``AS`` and the janitor's claim query in its ``WITH``: evaluated once, whatever the plan."""
 
 
 SQLITE = Dialect(
@@ -85,6 +87,7 @@ SQLITE = Dialect(
     clock="((julianday('now') - 2440587.5) * 86400.0)",
     lock_row="",  # BEGIN IMMEDIATE already holds the database's one write lock
     skip_locked="",
+    materialized="",  # no row locks to over-take; AS MATERIALIZED needs SQLite 3.35
 )
 POSTGRES = Dialect(
     "postgresql",
@@ -93,6 +96,7 @@ POSTGRES = Dialect(
     clock="(extract(epoch from clock_timestamp())::float8)",
     lock_row=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
+    materialized=" MATERIALIZED",
 )
 
 
@@ -422,13 +426,20 @@ class SqlLedger:
         target = TRANSITIONS[ReservationState.RESERVED][move]
         clock, params = self._now(now)
         store = self.store
+        # The leases are picked in a CTE evaluated once. Written as ``seq IN (SELECT ...
+        # LIMIT ? FOR UPDATE SKIP LOCKED)``, PostgreSQL may run the subquery again per
+        # row of a nested loop, locking and claiming more than ``limit`` (a known trap
+        # of queue claims, and the likeliest cause of a test run that once ended with one
+        # janitor holding all 200 leases and the other none).
+        dialect = store.dialect
         with store.write():
             rows = store.rows(
+                f"WITH picked AS{dialect.materialized} (SELECT seq FROM fence_reservations WHERE state = ? "
+                f"AND deadline <= {clock} ORDER BY seq LIMIT ?{dialect.skip_locked}) "
                 f"UPDATE fence_reservations SET state = ?, freed = freed + ?, claimed_by = ? "
-                f"WHERE state = ? AND seq IN (SELECT seq FROM fence_reservations WHERE state = ? "
-                f"AND deadline <= {clock} ORDER BY seq LIMIT ?{store.dialect.skip_locked}) "
+                f"WHERE state = ? AND seq IN (SELECT seq FROM picked) "
                 f"RETURNING seq, {_COLUMNS}",
-                (target.value, int(target is UNUSED), janitor, RESERVED, RESERVED, *params, limit),
+                (RESERVED, *params, limit, target.value, int(target is UNUSED), janitor, RESERVED),
             )
         return [_reservation(row[1:]) for row in sorted(rows)]
 
