@@ -108,7 +108,8 @@ Symmetry
     representative of an orbit stands for the others because jobs do not
     interact in the drain (each holds at most one unit and there are at least
     as many units as jobs); the tests compare verdicts with and without
-    symmetry.
+    symmetry, and ``key_congruence`` drains every renamed state of each
+    symmetric key at 2 units x 2 jobs x 1 attempt, horizon 1.
 
 Both cores
     ``explore_with_workers`` keeps the same walk, level by level, and shares
