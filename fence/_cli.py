@@ -338,6 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes to share each breadth-first level where that pays: fence's own parts with the built-in "
         "invariants run in one, which is faster (the report says so); a --max-states search runs in one",
     )
+    explore.add_argument(
+        "--share-levels", choices=["where-it-pays", "always"], default="where-it-pays",
+        help="with --workers: share levels only where that pays (default), or always (to compare)",
+    )
     explore.add_argument("--json", action="store_true", help="print machine-readable JSON")
     _output.add_options(explore, record="counterexamples into evidence/counterexamples/explorer/", out_help="where counterexamples go")
     explore.add_argument("--report", metavar="FILE", help="also write the report, with the evidence header, to FILE")
@@ -473,6 +477,7 @@ def cmd_explore(args) -> int:
             policy,
             config,
             workers=args.workers,
+            share_levels=args.share_levels.replace("-", "_"),
             max_depth=args.max_depth,
             max_states=args.max_states,
             time_budget=args.time_budget,

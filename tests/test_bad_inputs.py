@@ -170,6 +170,7 @@ CASES: dict[str, tuple[list[str], str]] = {
                                          _plugin("destinations:CommitReturnsString")], "commit() returned 'ok'"),
     # -- explore
     "explore capacity 0": (["explore", "--capacity", "0"], "must be at least 1"),
+    "explore share-levels unknown": (["explore", "--share-levels", "never"], "invalid choice: 'never'"),
     "explore horizon negative": (["explore", "--horizon", "-1"], "cannot be negative"),
     "explore max-states 0": (["explore", "--max-states", "0"], "must be at least 1"),
     "explore time-budget 0": (["explore", "--time-budget", "0"], "more than 0 seconds"),
@@ -302,7 +303,8 @@ FENCE = [sys.executable, "-m", "fence"]
     "argv, first",
     [
         (["verdicts", "--profile", "quick"], "[1/"),
-        (["explore", "--policy", "abandon-fenced", "--horizon", "8", "--workers", "2"], "depth 1:"),
+        (["explore", "--policy", "abandon-fenced", "--horizon", "8", "--workers", "2", "--share-levels", "always"],
+         "depth 1:"),
         (["experiments", "--quick", "--trials", "1", "--no-pictures"], None),
     ],
     ids=["verdicts", "explore-2-workers", "experiments"],

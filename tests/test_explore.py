@@ -702,6 +702,16 @@ def test_cli_explore_bad_input_is_one_line_and_exit_2(args, needle, tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_cli_explore_says_how_many_processes_shared_the_levels(tmp_path):
+    """``--workers 2`` runs fence's own parts in one process and says why; ``--share-levels always`` shares them."""
+    common = ("explore", "--policy", "naive", "--horizon", "2", "--workers", "2", "--out", str(tmp_path))
+    alone = run(*common)
+    assert "in one process: the abstract walk" in alone.stdout, alone.stdout + alone.stderr
+    shared = run(*common, "--share-levels", "always")
+    assert "each level shared between 2 processes" in shared.stdout, shared.stdout + shared.stderr
+    assert alone.returncode == shared.returncode == 1  # naive is violated either way
+
+
 def test_cli_bench_explorer_writes_its_table_and_plot(tmp_path):
     """``fence bench explorer`` (once deleted by mistake while the CLI still offered it) writes its evidence."""
     out = tmp_path / "explorer.txt"
