@@ -218,3 +218,15 @@ class DrainJudge:
 
 def _drain_order_key(message) -> tuple:
     return (message.kind._value_, message.attempt, message.result._value_ if message.result else "")
+
+
+def drain_plainly(world: World, invariants: list[Invariant]) -> tuple[tuple[str, ...], bool]:
+    """The teardown invariants ``world`` breaks after the model's own drain, with no memo: (broken, settled).
+
+    What ``DrainJudge`` answers, without the memos it keys by ``state_key``:
+    the reference walks that test that key (``fence._explore.key_congruence``)
+    must not lean on it.
+    """
+    drained = world.clone(history=False)
+    settled = drained.drain(DrainJudge.MAX_ROUNDS)
+    return tuple(inv.name for inv in invariants if inv.check(drained)), settled

@@ -146,7 +146,7 @@ from fence._abstract import AbstractWalk, replayable
 from fence._counterexample import Counterexample
 from fence._counterexample import to_json as counterexample_json
 from fence._destination import Destination, Guards
-from fence._drain_judge import DrainJudge
+from fence._drain_judge import DrainJudge, drain_plainly
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_dangers
 from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
@@ -262,8 +262,6 @@ def explore(
     symmetry; it merges only states equal in every field, so it is slow.
     """
     if by_whole_state:
-        if not World(policy, config, destination_factory, ledger_factory).fast_copy_is_faithful():
-            raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
         memo, symmetry = False, False
     started = time.perf_counter()
     result = Exploration(policy, config, max_depth, symmetry)
@@ -274,6 +272,8 @@ def explore(
     for a teardown invariant broken by the drain from that node."""
 
     root = World(policy, config, destination_factory, ledger_factory)
+    if by_whole_state and not root.fast_copy_is_faithful():
+        raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
     parents: list[tuple[int, Action] | None] = [None]
     visited = {whole_state(root) if by_whole_state else state_key(root, symmetry): 0}
     faithfulness_check = None
@@ -298,10 +298,8 @@ def explore(
             return
         if walk is not None:
             broken, settled = walk.judge_drain_of(state)
-        elif by_whole_state:  # the model's drain itself, no memo keyed by the hand-kept key
-            drained = state.clone(history=False)
-            settled = drained.drain(DrainJudge.MAX_ROUNDS)
-            broken = [inv.name for inv in teardown_invariants if inv.check(drained)]
+        elif by_whole_state:
+            broken, settled = drain_plainly(state, teardown_invariants)
         else:
             broken, settled = judge_drain(state)
         result.drains_unsettled += not settled
@@ -919,9 +917,7 @@ def key_congruence(
                 if whole not in seen:
                     seen.add(whole)
                     following.append(child)
-            drained = world.clone(history=False)
-            settled = drained.drain(DrainJudge.MAX_ROUNDS)
-            drain = (tuple(inv.name for inv in teardown_invariants if inv.check(drained)), settled)
+            drain = drain_plainly(world, teardown_invariants)
             first = first_of.setdefault(own_key, (frozenset(steps), drain))
             if (first[0], first[1]) != (frozenset(steps), drain):
                 only_first, only_this = len(first[0] - steps), len(steps - first[0])
@@ -965,7 +961,7 @@ def shortest(
 # Why a walk asked for several processes runs in one: share_levels="where_it_pays" (the default).
 ONE_PROCESS_FASTER = (
     "the abstract walk in one process outpaces levels shared between processes "
-    "(2x2x2 abandon-fenced: about 3 times faster; see fence bench explorer)"
+    "(fence bench explorer --explorer-workers 2 measures both; the README quotes them)"
 )
 
 
@@ -978,9 +974,9 @@ def explore_with_workers(
     by a step invariant of the user's, which the memos cannot judge, so that
     every new state is cloned and applied for real. With the built-in
     invariants one process takes the abstract walk (``fence._abstract``), which
-    is about three times faster at 2x2x2 than two processes sharing levels on
-    the step memo's path (the workers do not take the abstract walk: its memo
-    numbers are one process's own); the result says so
+    is faster than two processes sharing levels on the step memo's path (the
+    workers do not take the abstract walk: its memo numbers are one process's
+    own; the README quotes ``fence bench explorer``'s figures); the result says so
     (``one_process_because``). ``share_levels="always"`` shares them whenever
     it can, to compare or to test the shared walk.
 

@@ -355,10 +355,6 @@ def _read(value) -> object:
     return reader(value)
 
 
-def _same(value):
-    return value
-
-
 def _in_order(values) -> tuple:
     return tuple([item if type(item) in _PLAIN else _read(item) for item in values])
 
@@ -371,9 +367,7 @@ def _sorted(items: list) -> tuple:
 
 
 def _reader_for(kind: type):
-    """How to read a value of ``kind``: made once per type (the walk reads millions of values)."""
-    if kind in (type(None), bool, int, float, str):
-        return _same
+    """How to read a value of ``kind`` (not a ``_PLAIN`` one): made once per type (the walk reads millions)."""
     if issubclass(kind, enum.Enum):
         return lambda member: (kind.__name__, member._value_)
     if issubclass(kind, (list, tuple)):

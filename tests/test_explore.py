@@ -50,9 +50,7 @@ def explored_at(name: str, config: ModelConfig):
 
 
 def explored(name: str):
-    if name not in _CACHE:
-        _CACHE[name] = explore(POLICIES[name], CI_BOUND)
-    return _CACHE[name]
+    return explored_at(name, CI_BOUND)
 
 
 def _expected_outcome(verdict: Verdict) -> Outcome:
