@@ -332,13 +332,16 @@ def _explore_in_child(pipe, arguments) -> None:
     import traceback
 
     from fence._explore import explore_with_workers
+    from fence._plugins import load_policy
 
-    name, config, symmetry, budget, explorer_workers = arguments
+    spec, config, symmetry, budget, explorer_workers = arguments
     try:
+        policy = load_policy(spec)  # a built-in's name, or a user's MODULE:ATTR or FILE.py:ATTR
         found = explore_with_workers(
-            POLICIES[name], config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
+            policy, config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
             share_levels="always",  # measured as asked, so the two ways can be compared
         )
+        name = policy.name
         outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
         kib = 1024 if sys.platform != "darwin" else 1024 * 1024  # ru_maxrss: KiB on Linux, bytes on macOS
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kib
@@ -417,6 +420,7 @@ def explorer(
             f"{peak:>13} {'yes' if row.exhausted else 'NO':9} {row.outcomes}"
             + (f"   {min(row.runs_seconds):.1f}-{max(row.runs_seconds):.1f}" if repeat > 1 else "")
         )
+    lines += _copies_against_builtins(rows)
     picture = out.with_suffix(".png")
     if _explorer_plot(rows, picture, bounds):
         lines += ["", f"plot: {picture.name} (distinct states and seconds per bound, one line per policy)"]
@@ -424,6 +428,32 @@ def explorer(
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
     _publish(lines, out)
     return 0
+
+
+def _copies_against_builtins(rows: list[ExplorerRow]) -> list[str]:
+    """A user's copy of a built-in (a policy named '<built-in> copy') beside that built-in, row by row.
+
+    What a user brings must get fence's own engine: the same states in about
+    the same time (issue 24 asks at most 1.5 times the built-in's).
+    """
+    builtin = {(row.name, row.config, row.symmetry): row for row in rows}
+    lines = []
+    for row in rows:
+        if not row.name.endswith(" copy"):
+            continue
+        original = builtin.get((row.name[: -len(" copy")], row.config, row.symmetry))
+        if original is None:
+            continue
+        config = row.config
+        bound = f"{config.capacity}x{config.jobs}x{config.max_attempts}, horizon {config.horizon}"
+        same = "same states" if (row.states, row.transitions, row.outcomes) == (
+            original.states, original.transitions, original.outcomes) else "STATES DIFFER"
+        lines.append(f"{row.name:30} {bound:24} {'sym' if row.symmetry else '   '} {same:13} "
+                     f"{row.seconds / original.seconds if original.seconds else 0:5.2f}x the built-in's time")
+    if lines:
+        lines = ["", "a user's copy of a built-in against the built-in (the same bound, the same process kind):",
+                 *lines]
+    return lines
 
 
 def _median_run(runs: list[ExplorerRow]) -> ExplorerRow:

@@ -128,6 +128,8 @@ def _engines_json(report: PolicyReport) -> dict:
             "exhausted": found.exhausted,
             "unfaithful": found.unfaithful,
             "faithfulness_checks": found.faithfulness_checks,
+            "policy_calls_checked": found.policy_calls_checked,
+            "whole_worlds_because": found.whole_worlds_because,
             "dangers_reached": {name: found.reached[name] for name in sorted(found.reached)},
         }
     return engines
@@ -355,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
         "exhaust each bound; fleet: worker processes on a database under SIGKILLs (and a restart); "
         "suite: the test suite's wall time",
     )
-    bench.add_argument("--policy", action="append", help="only this built-in policy (repeatable)")
+    bench.add_argument("--policy", action="append",
+                       help="only this policy (repeatable); explorer: also a user's MODULE:ATTR or FILE.py:ATTR, "
+                       "and one named '<built-in> copy' is set beside that built-in")
     bench.add_argument("--time-budget", type=_arguments.positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_arguments.positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
@@ -535,7 +539,13 @@ def cmd_bench(args) -> int:
     examples, steps, _shrink = PROFILES[args.profile]
     command = _output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
-    unknown = [name for name in names if name not in POLICIES]
+    if args.what == "explorer":
+        # A user's policy is benchmarked like a built-in: loaded here once to refuse a bad spec
+        # in one line, then again in each row's own process (by an absolute path).
+        names = [name if name in POLICIES else absolute(name) for name in names]
+        for name in names:
+            load_policy(name)
+    unknown = [name for name in names if name not in POLICIES and args.what != "explorer"]
     if unknown:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
     out = _output.report_file(args, f"bench {args.what}", f"{args.what}.txt")

@@ -150,7 +150,8 @@ from fence._drain_judge import DrainJudge, drain_plainly
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_dangers
 from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
-from fence._policies import JanitorPolicy
+from fence._policies import FENCE_POLICY_TYPES, JanitorPolicy
+from fence._policy_twins import PolicyNotKeyable, keyable_problem
 from fence._state_key import answer_nobody_waits_for, generic_state_key, state_key, up_to_janitors, whole_state
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._world import Action, ModelConfig, World
@@ -205,6 +206,10 @@ class Exploration:
     """How many processes shared the breadth-first levels."""
     one_process_because: str | None = None
     """Why a walk asked to share its levels between processes ran in one (``explore_with_workers``)."""
+    policy_calls_checked: int = 0
+    """A user's policy on the keyed engine: how many of its calls were made twice and agreed (``fence._policy_twins``)."""
+    whole_worlds_because: str | None = None
+    """Why a user's policy was walked as whole worlds rather than keyed like fence's own (``explore``)."""
 
     @property
     def states_per_second(self) -> float:
@@ -227,7 +232,43 @@ class Exploration:
 
 
 # -- the search ------------------------------------------------------------------------
-def explore(
+def explore(policy: JanitorPolicy, config: ModelConfig, **options) -> Exploration:
+    """Breadth-first over every enabled action; a verdict per invariant (``walk``'s options).
+
+    A user's policy with fence's own ledger and destination is walked on the
+    keyed engine, as fence's policies are, with every call it gets made twice
+    (``fence._policy_twins``); at the first call that shows it is not
+    stateless, local, blind to names and deterministic, the walk starts again
+    on whole worlds (``generic_state_key``) and the result says why
+    (``whole_worlds_because``).
+    """
+    if _keys_users_policy(policy, options):
+        try:
+            return walk(policy, config, key_policy=True, **options)
+        except PolicyNotKeyable as why:
+            because = f"policy {policy.name!r} is walked as whole worlds: {why}"
+    else:
+        because = None
+        problem = keyable_problem(policy) if type(policy) not in FENCE_POLICY_TYPES else None
+        if problem:
+            because = f"policy {policy.name!r} is walked as whole worlds: {problem}"
+    found = walk(policy, config, **options)
+    found.whole_worlds_because = because
+    return found
+
+
+def _keys_users_policy(policy: JanitorPolicy, options: dict) -> bool:
+    """Is this a user's policy (with fence's own ledger and destination) that the keyed engine may try?"""
+    return (
+        type(policy) not in FENCE_POLICY_TYPES
+        and options.get("destination_factory") is None
+        and options.get("ledger_factory") is None
+        and not options.get("by_whole_state")
+        and keyable_problem(policy) is None
+    )
+
+
+def walk(
     policy: JanitorPolicy,
     config: ModelConfig,
     *,
@@ -244,8 +285,9 @@ def explore(
     check_memo: int = 0,
     memo: bool = True,
     by_whole_state: bool = False,
+    key_policy: bool = False,
 ) -> Exploration:
-    """Breadth-first over every enabled action; a verdict per invariant.
+    """Breadth-first over every enabled action; a verdict per invariant (``explore`` is the entry).
 
     With a user's ledger, destination or policy the walk takes the generic path
     (deep copies, ``generic_state_key``, no symmetry) and ``FaithfulnessCheck``
@@ -272,6 +314,8 @@ def explore(
     for a teardown invariant broken by the drain from that node."""
 
     root = World(policy, config, destination_factory, ledger_factory)
+    if key_policy:
+        root.key_users_policy()  # its calls are checked twice; PolicyNotKeyable ends this walk
     if by_whole_state and not root.fast_copy_is_faithful():
         raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
     parents: list[tuple[int, Action] | None] = [None]
@@ -391,6 +435,8 @@ def explore(
     result.seconds = time.perf_counter() - started
     if faithfulness_check is not None:
         result.faithfulness_checks = faithfulness_check.checks
+    if root.policy_twins is not None:
+        result.policy_calls_checked = root.policy_twins.calls
 
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory,
            meant=walk.meant if walk is not None else None)
@@ -592,11 +638,14 @@ def _plugin_answers(world: World) -> list[tuple]:
             except Exception as error:  # a refusal by exception is an answer too
                 said = type(error).__name__
             answers.append((call, arguments, said, len(fresh.effects())))
+    # The order a ledger lists reservations in is not state: the key sorts them, and
+    # nothing in the model depends on it (two paths that reserve in turn list them apart).
     read = copy.deepcopy(ledger)
     answers.append(("free", read.free))
-    answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in read.reservations()]
-    answers.append(("expired", tuple(r.reservation_id for r in read.expired(world.now))))
-    for reservation in read.reservations():
+    listed = sorted(read.reservations(), key=lambda r: r.reservation_id)
+    answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in listed]
+    answers.append(("expired", tuple(sorted(r.reservation_id for r in read.expired(world.now)))))
+    for reservation in listed:
         for move in Move:
             fresh = copy.deepcopy(ledger)
             try:
@@ -1004,7 +1053,7 @@ def explore_with_workers(
         return found
 
     if not World(policy, config, options.get("destination_factory"), options.get("ledger_factory")).fast_copy_is_faithful():
-        return in_one_process("a user's plug-ins take the generic path, which runs in one process")
+        return in_one_process("a user's plug-ins are walked in one process (their calls checked, or whole worlds)")
     steps_judged = [inv for inv in options.get("invariants", INVARIANTS) if not inv.at_teardown]
     if share_levels == "where_it_pays" and memo_judges(steps_judged) and options.get("memo", True):
         return in_one_process(ONE_PROCESS_FASTER)
@@ -1288,6 +1337,13 @@ def report_text(found: Exploration) -> str:
         f"{found.states} distinct states, {found.transitions} transitions, depth {found.depth}, "
         f"{found.seconds:.1f}s, {found.states_per_second:.0f} states/s; {scope}"
     )
+    if found.whole_worlds_because:
+        lines.append(found.whole_worlds_because)
+    if found.policy_calls_checked:
+        lines.append(
+            f"the user's policy keyed like fence's own: each of its {found.policy_calls_checked} calls was made "
+            "twice, with its job's names swapped, and agreed"
+        )
     if found.processes > 1:
         lines.append(f"each level shared between {found.processes} processes")
     elif found.one_process_because:
@@ -1338,5 +1394,7 @@ def to_json(found: Exploration) -> dict:
         "faithfulness_checks": found.faithfulness_checks,
         "processes": found.processes,
         "one_process_because": found.one_process_because,
+        "whole_worlds_because": found.whole_worlds_because,
+        "policy_calls_checked": found.policy_calls_checked,
         "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy)},
     }

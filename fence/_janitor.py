@@ -33,10 +33,12 @@ class Settlement:
 
 
 class Janitor:
-    def __init__(self, ledger: Ledger, destination: Destination, policy: JanitorPolicy) -> None:
+    def __init__(self, ledger: Ledger, destination: Destination, policy: JanitorPolicy, twins=None) -> None:
         self.ledger = ledger
         self.destination = destination
         self.policy = policy
+        self.twins = twins
+        """``fence._policy_twins.PolicyTwins`` while the explorer keys a user's policy: each call made twice."""
 
     def scan(self, reservation_id: str, now: float) -> Reservation:
         """Act on one expired lease: hold it for evidence, or (naive) free it."""
@@ -66,6 +68,8 @@ class Janitor:
     def probe(self, reservation_id: str) -> Evidence:
         """Ask the destination what the policy wants to know about this reservation."""
         policy = self.policy
+        if self.twins is not None:
+            return self.twins.probe(self, self.ledger.get(reservation_id))
         evidence = _protocol.call(
             policy, "policy", "probe", EVIDENCE_MUST, policy.probe, self.destination, self.ledger.get(reservation_id)
         )
@@ -74,8 +78,11 @@ class Janitor:
     def settle(self, reservation_id: str, evidence: Evidence) -> Settlement:
         """Apply the policy's decision; raises IllegalMove if the reservation moved on."""
         policy = self.policy
-        decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
-        _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
+        if self.twins is not None:
+            decision = self.twins.decide(self, self.ledger.get(reservation_id).key, evidence)
+        else:
+            decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
+            _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
         if decision is Decision.HOLD:
             return Settlement(self.ledger.get(reservation_id), decision, evidence)
         moved = self.ledger.apply(reservation_id, SETTLE_MOVES[decision])
@@ -89,6 +96,9 @@ class Janitor:
     def follow_up(self, reservation_id: str) -> None:
         """The policy's second step after a release, taken on its own (other events may come first)."""
         policy = self.policy
+        if self.twins is not None:
+            self.twins.follow_up(self, self.ledger.get(reservation_id))
+            return
         _protocol.call(policy, "policy", "after_release", "None (it acts on the destination)",
                        policy.after_release, self.destination, self.ledger.get(reservation_id))
 

@@ -316,6 +316,7 @@ NOT_STATE: dict[str, dict[str, str]] = {
         "_janitors": "references to the ledger, the destination and the policy; janitors keep no state",
         "_enabled_cache": "a cache of the enabled actions, computed from the state",
         "job_memo": "a cache of key parts and memo details, computed from the state",
+        "policy_twins": "the walk's checks of a user's policy (fence._policy_twins), the same in every state",
     },
     "Ledger": {
         "capacity": "the walk's bound, the same in every state",

@@ -278,6 +278,8 @@ class World:
         self.destination: Destination = make(policy.guards)
         self.ledger = (ledger_factory or Ledger)(config.capacity)  # fence.backends: SQL ledgers
         self.observer = Observer(config.capacity)
+        self.policy_twins = None
+        """Set by ``key_users_policy``: the explorer keys a user's policy, each call made twice."""
         self._make_janitors()
         self.now = 0
         self.jobs = [f"job{n}" for n in range(1, config.jobs + 1)]
@@ -301,7 +303,23 @@ class World:
         # A janitor's policy talks to the destination through the observer, so that
         # what the destination promised (an abandon's answer) is a recorded fact.
         observed = ObservedDestination(self.destination, self.observer)
-        self._janitors = [Janitor(self.ledger, observed, self.policy) for _ in range(self.config.janitors)]
+        self._janitors = [
+            Janitor(self.ledger, observed, self.policy, self.policy_twins) for _ in range(self.config.janitors)
+        ]
+
+    def key_users_policy(self) -> None:
+        """Walk a user's policy on the keyed engine (``fence._policy_twins``): every call it gets is made twice.
+
+        Only with fence's own ledger and destination (the twins copy and compare
+        them); the twins raise ``PolicyNotKeyable`` at the first call that shows
+        the policy is not stateless, local, blind to names and deterministic.
+        """
+        from fence._policy_twins import PolicyTwins
+
+        if type(self.destination) is not TicketService or type(self.ledger) is not Ledger:
+            raise ValueError("a user's policy is keyed with fence's own ledger and destination only")
+        self.policy_twins = PolicyTwins(self.jobs)
+        self._make_janitors()
 
     @property
     def janitors(self) -> list[Janitor]:
@@ -624,7 +642,9 @@ class World:
 
     def _do_tick(self, action: Tick):
         self.now += action.by
-        expired = [r.reservation_id for r in self.ledger.expired(self.now)]
+        # Named in one order whatever order the ledger lists them in: the order they were
+        # reserved in is not state (the explorer's key sorts it away).
+        expired = sorted(r.reservation_id for r in self.ledger.expired(self.now))
         note = f"; lease of {', '.join(expired)} has expired" if expired else ""
         return f"the clock advances {action.by} tick(s) to t={self.now}{note}", "clock", "clock"
 
@@ -761,7 +781,7 @@ class World:
         return (
             type(self.destination) is TicketService
             and type(self.ledger) is Ledger
-            and type(self.policy) in FENCE_POLICY_TYPES
+            and (type(self.policy) in FENCE_POLICY_TYPES or self.policy_twins is not None)
         )
 
     def _drain_round(self) -> None:
@@ -876,6 +896,7 @@ class World:
         """Copy the fields only fence keeps (clock, attempts, network, queues, trace) into ``other``."""
         other.now = self.now
         other.jobs = self.jobs  # never mutated
+        other.policy_twins = self.policy_twins  # the walk's checks, the same in every state
         other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
         other.attempts_used = dict(self.attempts_used)
         other.retry_queue = list(self.retry_queue)
@@ -935,7 +956,7 @@ class World:
         for name, part in copied.items():
             setattr(other, name, part)
         observed.__init__(other.destination, other.observer)
-        other._janitors = [Janitor(other.ledger, observed, other.policy) for _ in janitors]
+        other._janitors = [Janitor(other.ledger, observed, other.policy, self.policy_twins) for _ in janitors]
         self._copy_worker_side(other, history)
         other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
         return other
