@@ -283,7 +283,7 @@ def walk(
     progress: Callable[[Exploration], None] | None = None,
     faithfulness: tuple[int, int] | None = None,
     check_memo: int = 0,
-    memo: bool = True,
+    memo: bool | None = None,
     by_whole_state: bool = False,
     key_policy: bool = False,
 ) -> Exploration:
@@ -296,8 +296,11 @@ def walk(
     (new states, merges) it replays, when not ``FaithfulnessCheck``'s own: on a
     real database each replay costs a fresh world and many restores.
     ``check_memo`` n > 0 compares every n-th answer of the step memo with the
-    model's own step (``fence._transitions``); a difference raises. ``memo=False``
-    walks without the memos (every transition cloned and applied), for comparison.
+    model's own step (``fence._transitions``); a difference raises. ``memo``: None
+    (the default) uses the memos where they pay, with more than one job (with one,
+    a step's memo key holds the whole state, which is expanded once, so the memo
+    never answers twice and only costs); True always (``check_memo`` implies it), False never
+    (every transition cloned and applied), for comparison.
     ``by_whole_state=True`` is the reference the hand-kept key is tested against:
     fence's own parts only, every enabled action taken (no janitor stands for
     another), each state keyed by ``fence._state_key.whole_state``, no memo and no
@@ -327,6 +330,8 @@ def walk(
         if faithfulness is not None:
             faithfulness_check.NEW_STATES, faithfulness_check.MERGES = faithfulness
 
+    if memo is None:
+        memo = config.jobs > 1 or check_memo > 0
     memos = _Memo(step_invariants, check_memo) if faithfulness_check is None and memo else None
     judge_drain = DrainJudge(teardown_invariants, memos.steps if memos is not None and memos.usable else None)
 
