@@ -28,8 +28,10 @@ class DrainJudge:
     delivered, workers stepped) states meet (at 2 units x 2 jobs x 1 attempt,
     13,575 drains met 1,676 distinct states there). A first half that took a
     step makes the round no fixed point (``_drain_workers`` says why), so what
-    follows depends on the state reached alone. A user's plug-ins keep the
-    whole-round loop: their fixed point is decided by their snapshots.
+    follows depends on the state reached alone. That holds of a user's plug-ins
+    too (the argument is about fence's messages and workers), keyed by the
+    generic key; only the per-job composition of first halves (``halves``) is
+    for fence's own parts.
     """
 
     MAX_ROUNDS = 12  # World.drain's default
@@ -149,48 +151,48 @@ class DrainJudge:
         settled = False
         after = None
         first_round = 0
-        if drained.fast_copy_is_faithful():
-            in_flight = sorted(drained.network, key=_drain_order_key)
-            steps = len(drained.trace)
-            # While messages are in flight, the first half delivers the next one and
-            # goes on as it would from the state that delivery leads to: every state
-            # on the way ends the first half where this one does. Such a state is
-            # often another explored state (this one's child by that delivery).
-            while drained.network:
-                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    break
-                seen.append(key)
-                drained._drain_deliver_next()
+        # The first half is looked up for every world (the class docstring says why).
+        in_flight = sorted(drained.network, key=_drain_order_key)
+        steps = len(drained.trace)
+        # While messages are in flight, the first half delivers the next one and
+        # goes on as it would from the state that delivery leads to: every state
+        # on the way ends the first half where this one does. Such a state is
+        # often another explored state (this one's child by that delivery).
+        while drained.network:
+            key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
+            answer = self.memo.get(key)
+            if answer is not None:
+                break
+            seen.append(key)
+            drained._drain_deliver_next()
+        if answer is not None:
+            for key in seen:
+                self.memo[key] = answer
+            if learn is not None:
+                # The answer is known, but what this first half does to each job is not:
+                # finish it (the steps a first half takes from here) only to learn that,
+                # so that states sharing these jobs' details compose (``_from_memos``).
+                while drained.network:
+                    drained._drain_deliver_next()
+                drained._drain_worker_steps()
+                self._learn_halves(learn, drained, steps)
+            return answer
+        drained._drain_worker_steps()
+        if len(drained.trace) > steps:
+            if learn is not None:
+                self._learn_halves(learn, drained, steps)
+            key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
+            answer = self.memo.get(key)
             if answer is not None:
                 for key in seen:
                     self.memo[key] = answer
-                if learn is not None:
-                    # The answer is known, but what this first half does to each job is not:
-                    # finish it (the steps a first half takes from here) only to learn that,
-                    # so that states sharing these jobs' details compose (``_from_memos``).
-                    while drained.network:
-                        drained._drain_deliver_next()
-                    drained._drain_worker_steps()
-                    self._learn_halves(learn, drained, steps)
                 return answer
-            drained._drain_worker_steps()
-            if len(drained.trace) > steps:
-                if learn is not None:
-                    self._learn_halves(learn, drained, steps)
-                key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    for key in seen:
-                        self.memo[key] = answer
-                    return answer
-                seen.append(key)
-                drained._drain_clock_and_janitors()
-                # The first half took a step, so this round is no fixed point; checked
-                # cheaply where it could fail: no message in flight before is in flight now.
-                assert not in_flight or sorted(drained.network, key=_drain_order_key) != in_flight
-                first_round = 1
+            seen.append(key)
+            drained._drain_clock_and_janitors()
+            # The first half took a step, so this round is no fixed point; checked
+            # cheaply where it could fail: no message in flight before is in flight now.
+            assert not in_flight or sorted(drained.network, key=_drain_order_key) != in_flight
+            first_round = 1
         for number in range(first_round, self.MAX_ROUNDS):
             # Round 0 is not looked up: it starts at the state itself, and the
             # explorer drains each distinct state once (distinct keys with symmetry
