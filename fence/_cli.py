@@ -128,6 +128,7 @@ def _engines_json(report: PolicyReport) -> dict:
             "exhausted": found.exhausted,
             "unfaithful": found.unfaithful,
             "faithfulness_checks": found.faithfulness_checks,
+            "renamings_checked": found.renamings_checked,
             "policy_calls_checked": found.policy_calls_checked,
             "whole_worlds_because": found.whole_worlds_because,
             "dangers_reached": {name: found.reached[name] for name in sorted(found.reached)},

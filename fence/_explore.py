@@ -135,6 +135,7 @@ from __future__ import annotations
 
 import enum
 import gc
+import itertools
 import random
 import time
 from collections import Counter
@@ -151,8 +152,11 @@ from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_d
 from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
 from fence._policies import FENCE_POLICY_TYPES, JanitorPolicy
-from fence._policy_twins import PolicyNotKeyable, keyable_problem
-from fence._state_key import answer_nobody_waits_for, generic_state_key, state_key, up_to_janitors, whole_state
+from fence._policy_twins import PolicyNotKeyable, keyable_problem, rename
+from fence._state_key import (
+    PLUGIN_PARTS_FROM, answer_nobody_waits_for, canonical_renaming, generic_state_key, state_key, up_to_janitors,
+    whole_state,
+)
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._world import Action, ModelConfig, World
 
@@ -202,6 +206,9 @@ class Exploration:
     """States found but not yet expanded, at the last progress report."""
     faithfulness_checks: int = 0
     """How many times the generic path's copies and merges were tested against fresh replays."""
+    renamings_checked: int = 0
+    """Of those, merges of two states that are renamings of each other (jobs symmetric): each replayed
+    with the jobs renamed, and compared with the original and with the merged state."""
     processes: int = 1
     """How many processes shared the breadth-first levels."""
     one_process_because: str | None = None
@@ -325,8 +332,9 @@ def walk(
     visited = {whole_state(root) if by_whole_state else state_key(root, symmetry): 0}
     faithfulness_check = None
     if not root.fast_copy_is_faithful():
-        symmetry = result.symmetry = False  # fence cannot rename jobs inside a plug-in's state
-        faithfulness_check = FaithfulnessCheck(policy, config, destination_factory, ledger_factory, parents)
+        faithfulness_check = FaithfulnessCheck(
+            policy, config, destination_factory, ledger_factory, parents, symmetry=symmetry,
+        )
         if faithfulness is not None:
             faithfulness_check.NEW_STATES, faithfulness_check.MERGES = faithfulness
 
@@ -440,6 +448,7 @@ def walk(
     result.seconds = time.perf_counter() - started
     if faithfulness_check is not None:
         result.faithfulness_checks = faithfulness_check.checks
+        result.renamings_checked = faithfulness_check.renamings_checked
     if root.policy_twins is not None:
         result.policy_calls_checked = root.policy_twins.calls
 
@@ -506,13 +515,15 @@ class FaithfulnessCheck:
     STEPS = 8
     WALKS = 2
 
-    def __init__(self, policy, config, destination_factory, ledger_factory, parents) -> None:
+    def __init__(self, policy, config, destination_factory, ledger_factory, parents, symmetry=False) -> None:
         self.policy, self.config = policy, config
+        self.symmetry = symmetry
         self.destination_factory, self.ledger_factory = destination_factory, ledger_factory
         self.parents = parents
         self.new_states = self.merges = 0
         """Transitions seen so far of each kind."""
         self.checks = 0
+        self.renamings_checked = 0
         self._sampler = random.Random(1)
         self._sampled_new: list[tuple[int, tuple[int, Action, World]]] = []
         self._sampled_merges: list[tuple[int, tuple[int, Action, int]]] = []
@@ -561,8 +572,33 @@ class FaithfulnessCheck:
     def _check_merge(self, node: int, action: Action, seen_as: int) -> None:
         path = self._path_to(node) + [action]
         first = self._path_to(seen_as)
+        merged = self._fresh(path)
+        earlier = self._fresh(first)
+        if self.symmetry:
+            # The key merged them as renamings of each other: the first path, taken with
+            # the job names renamed, must lead to a world that behaves as the merged one.
+            renaming = _renaming_between(earlier, merged)
+            if renaming:
+                renamed_first = [rename_action(step, renaming) for step in first]
+                try:
+                    renamed = self._fresh(renamed_first)
+                except Exception as error:  # noqa: BLE001 - the renamed path is not one the plug-ins take
+                    raise Unfaithful(
+                        f"two states merged as renamings of each other (after {_describe(first)} and after "
+                        f"{_describe(path)}), but the first path with its jobs renamed cannot be taken "
+                        f"({type(error).__name__}: {error}); " + _symmetry_fix()
+                    ) from None
+                # Symmetry itself: the same steps with the jobs renamed lead to the renamed
+                # state, and from there the renamed steps keep them so.
+                self.renamings_checked += 1
+                self._compare(
+                    earlier, renamed,
+                    f"a state (after {_describe(first)}) and the same steps with jobs renamed {renaming}",
+                    renaming=renaming, fix=_symmetry_fix(),
+                )
+                first, earlier = renamed_first, renamed
         self._compare(
-            self._fresh(first), self._fresh(path),
+            earlier, merged,
             f"two states with one key (after {_describe(first)} and after {_describe(path)})",
         )
 
@@ -579,10 +615,32 @@ class FaithfulnessCheck:
             world.apply(action)
         return world
 
-    def _compare(self, one: World, other: World, what: str) -> None:
+    def _compare(
+        self, one: World, other: World, what: str, renaming: dict[str, str] | None = None, fix: str | None = None,
+    ) -> None:
+        """Do ``one`` and ``other`` answer alike now and along a few random steps taken in both?
+
+        With ``renaming``, ``other`` stands for ``one`` with its jobs renamed: each
+        step taken in ``one`` is taken renamed in ``other``, and answers, sentences
+        and keys are compared after renaming ``one``'s.
+        """
         self.checks += 1
         chooser = random.Random(self.checks)
-        _same_answers(one, other, what)
+        renaming = renaming or {}
+        fix = fix or _unfaithful_fix()
+
+        def same_key(a: World, b: World) -> bool:
+            if not renaming:
+                return _comparable(generic_state_key(a)) == _comparable(generic_state_key(b))
+            # fence's own records only: a plug-in's snapshot may list its names in its own
+            # order (sorted, say), which a renaming does not keep; what it answers is compared.
+            mine = canonical_renaming(_comparable(generic_state_key(a))[:PLUGIN_PARTS_FROM], renaming)
+            theirs = canonical_renaming(_comparable(generic_state_key(b))[:PLUGIN_PARTS_FROM], {})
+            return mine is not None and mine == theirs
+
+        _same_answers(one, other, what, renaming, fix)
+        if renaming and not same_key(one, other):
+            raise Unfaithful(f"{what} part: the renamed steps lead to another state; " + fix)
         for walk in range(self.WALKS):
             a, b = one.clone(history=False), other.clone(history=False)
             for step in range(self.STEPS):
@@ -590,7 +648,9 @@ class FaithfulnessCheck:
                 # differ only in steps that change nothing (an answer to a crashed
                 # worker), so one may offer such a step the other does not.
                 theirs = {repr(action) for action in b.enabled_actions()}
-                enabled = [action for action in a.enabled_actions() if repr(action) in theirs]
+                enabled = [
+                    action for action in a.enabled_actions() if repr(rename_action(action, renaming)) in theirs
+                ] if renaming else [action for action in a.enabled_actions() if repr(action) in theirs]
                 if not enabled:
                     break
                 action = chooser.choice(enabled)
@@ -598,19 +658,18 @@ class FaithfulnessCheck:
                 # nothing, and the key leaves it out (both keys drop it), so the two
                 # worlds may hold different such answers: only the state after it counts.
                 unheard = action.kind == "deliver" and answer_nobody_waits_for(a, action.message, action.attempt)
-                said_a, said_b = a.apply(action).sentence, b.apply(action).sentence
+                said_a = rename(a.apply(action).sentence, renaming)
+                said_b = b.apply(rename_action(action, renaming) if renaming else action).sentence
                 if said_a != said_b and not unheard:
                     raise Unfaithful(
-                        f"{what} answer differently to {action.to_dict()}: '{said_a}' vs '{said_b}'; "
-                        + _unfaithful_fix()
+                        f"{what} answer differently to {action.to_dict()}: '{said_a}' vs '{said_b}'; " + fix
                     )
-                if _comparable(generic_state_key(a)) != _comparable(generic_state_key(b)):
+                if not same_key(a, b):
                     raise Unfaithful(
-                        f"{what} part after the same {step + 1} step(s) (the last {action.to_dict()}); "
-                        + _unfaithful_fix()
+                        f"{what} part after the same {step + 1} step(s) (the last {action.to_dict()}); " + fix
                     )
             if walk == 0:  # once more after some steps: a hidden counter may need them to show
-                _same_answers(a, b, f"{what}, after the same steps,")
+                _same_answers(a, b, f"{what}, after the same steps,", renaming, fix)
 
 
 def _plugin_answers(world: World) -> list[tuple]:
@@ -665,13 +724,18 @@ def _said(answer) -> object:
     return answer.value if isinstance(answer, enum.Enum) else answer
 
 
-def _same_answers(one: World, other: World, what: str) -> None:
+def _same_answers(one: World, other: World, what: str, renaming: dict[str, str] | None = None, fix=None) -> None:
     mine, theirs = _plugin_answers(one), _plugin_answers(other)
+    if renaming:
+        # The battery asks in name order; renamed, the same questions come in another order.
+        renamed = canonical_renaming(tuple(mine), renaming)
+        mine = sorted(renamed, key=repr) if renamed is not None else mine
+        theirs = sorted(canonical_renaming(tuple(theirs), {}) or theirs, key=repr)
     if mine != theirs:
         first = next(
             (f"{a} vs {b}" for a, b in zip(mine, theirs) if a != b), f"{len(mine)} answers vs {len(theirs)}"
         )
-        raise Unfaithful(f"{what} answer the same call differently ({first}); " + _unfaithful_fix())
+        raise Unfaithful(f"{what} answer the same call differently ({first}); " + (fix or _unfaithful_fix()))
 
 
 def _comparable(key: tuple) -> tuple:
@@ -683,6 +747,34 @@ def _comparable(key: tuple) -> tuple:
     held = key[5]
     written = tuple((j, rid, token[0] if token[0] == "object" else token) for j, rid, token in held[1])
     return key[:5] + ((held[0], written),) + key[6:]
+
+
+def _renaming_between(one: World, other: World) -> dict[str, str]:
+    """The renaming of the jobs that takes ``one``'s generic key to ``other``'s; {} if none or none is needed."""
+    theirs = canonical_renaming(generic_state_key(other), {})
+    if theirs is None:
+        return {}  # not renamable: such keys merge equal worlds only
+    mine = generic_state_key(one)
+    for order in itertools.permutations(one.jobs):
+        renaming = dict(zip(one.jobs, order))
+        if canonical_renaming(mine, renaming) == theirs:
+            return {old: new for old, new in renaming.items() if old != new}
+    return {}  # the replays part somewhere: the comparison says where
+
+
+def rename_action(action: Action, renaming: dict[str, str]) -> Action:
+    """``action`` with the job names in its fields renamed."""
+    data = action.to_dict()
+    return Action.from_dict({
+        name: rename(value, renaming) if name != "action" else value for name, value in data.items()
+    })
+
+
+def _symmetry_fix() -> str:
+    return (
+        "a plug-in that treats a job's name as more than a label (numbers reservations across jobs, "
+        "or decides by name) cannot be explored with --symmetry: run without it"
+    )
 
 
 def _unfaithful_fix() -> str:
@@ -1344,6 +1436,10 @@ def report_text(found: Exploration) -> str:
     )
     if found.whole_worlds_because:
         lines.append(found.whole_worlds_because)
+    if found.faithfulness_checks:
+        renamed = f", {found.renamings_checked} of them merges across a renaming of the jobs" if found.symmetry else ""
+        lines.append(f"the plug-ins were replayed from scratch {found.faithfulness_checks} times and agreed{renamed}"
+                     if not found.unfaithful else f"{found.faithfulness_checks} replays of the plug-ins{renamed}")
     if found.policy_calls_checked:
         lines.append(
             f"the user's policy keyed like fence's own: each of its {found.policy_calls_checked} calls was made "
@@ -1397,6 +1493,7 @@ def to_json(found: Exploration) -> dict:
         "stopped_by": found.stopped_by,
         "unfaithful": found.unfaithful,
         "faithfulness_checks": found.faithfulness_checks,
+        "renamings_checked": found.renamings_checked,
         "processes": found.processes,
         "one_process_because": found.one_process_because,
         "whole_worlds_because": found.whole_worlds_because,

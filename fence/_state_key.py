@@ -8,8 +8,11 @@ another in a circle.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import itertools
 import re
+from collections import Counter
 
 from fence._ledger import Ledger, ReservationState
 from fence._policies import Evidence
@@ -24,12 +27,12 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     its job (attempt 2, reservation r2, "ticket for <job> (revision 2)"). With
     ``symmetry`` the parts are sorted, so states that differ by a renaming of
     the jobs get one key. A world with a user's ledger, destination or policy
-    is keyed by ``generic_state_key`` (no renaming inside a snapshot fence
-    does not know). Enum values are read as ``_value_``: the ``value``
-    property costs more than the rest of the key.
+    is keyed by ``generic_state_key``, which renames jobs inside the plug-ins'
+    snapshots mechanically (``symmetric_form``). Enum values are read as
+    ``_value_``: the ``value`` property costs more than the rest of the key.
     """
     if not world.fast_copy_is_faithful():
-        return generic_state_key(world)
+        return generic_state_key(world, symmetry)
     # Each job's part is kept on the world (``World.job_memo``) until a step
     # touches that job: most transitions move one job, and then only its part
     # is made again.
@@ -151,16 +154,43 @@ def _sorted_tuple(items: list) -> tuple:
     return tuple(items) if len(items) < 2 else tuple(sorted(items))
 
 
-def generic_state_key(world: World) -> tuple:
-    """The key of a world with a user's ledger, destination or policy: slower, and no symmetry.
+def generic_state_key(world: World, symmetry: bool = False) -> tuple:
+    """The key of a world with a user's ledger, destination or policy: the whole world, names and all.
 
-    It keeps names as they are (fence cannot rename inside a plug-in's
-    snapshot), every janitor's answers by janitor, and the plug-ins' own
-    ``snapshot()``. A held answer is keyed by its value if it hashes as one,
-    else by the object itself (never merged with another). Whether a plug-in's
-    snapshot really holds all of its state is not trusted: ``FaithfulnessCheck``
-    tests it on the run.
+    It holds every part fence owns, every janitor's answers by janitor, and the
+    plug-ins' own ``snapshot()``. A held answer is keyed by its value if it
+    hashes as one, else by the object itself (never merged with another).
+    Collections whose order means nothing are frozensets here, so that a
+    renaming of the jobs (``symmetric_form``) can sort them again. With
+    ``symmetry`` the key is the least of its renamings. Whether a plug-in's
+    snapshot really holds all of its state, and whether a plug-in treats job
+    names as mere labels, is not trusted: ``FaithfulnessCheck`` tests both on
+    the run (a merge of two renamed states is replayed with the names renamed).
     """
+    raw = _generic_parts(world)
+    if not symmetry or len(world.jobs) < 2:
+        return raw
+    # Most transitions reach a state seen before, by the same names: its form is known.
+    jobs = tuple(world.jobs)
+    form = _FORMS.get((jobs, raw))
+    if form is None:
+        if len(_FORMS) >= _FORMS_KEPT:
+            _FORMS.clear()
+        form = _FORMS[(jobs, raw)] = symmetric_form(raw, world.jobs)[0]
+    return form
+
+
+_FORMS: dict[tuple, tuple] = {}
+"""(jobs, raw generic key) -> its symmetric form: a pure function, so forgetting is always safe."""
+_FORMS_KEPT = 200_000
+
+
+PLUGIN_PARTS_FROM = 9
+"""The index in a generic key from which its parts are the plug-ins' snapshots (fence's records come first)."""
+
+
+def _generic_parts(world: World) -> tuple:
+    """``generic_state_key`` without symmetry: fence's records, then (from ``PLUGIN_PARTS_FROM``) the plug-ins'."""
     observer = world.observer
     # The same reductions as the fast key, for the parts fence owns: a finished
     # or crashed attempt with no commit on its way is only its names; the answer
@@ -178,11 +208,11 @@ def generic_state_key(world: World) -> tuple:
                 a.ack.value if a.phase is Phase.ACKED else "",
                 a.payload if (a.phase in _UNSENT or in_flight) else "", a.wrote,
             ))
-    network = tuple(sorted(
+    network = _multiset(
         (m.kind.value, m.attempt, m.result.value if m.result else "")
         for m in world.network
         if not answer_nobody_waits_for(world, m.kind._value_, m.attempt)
-    ))
+    )
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
     # answer object is kept with its janitor.
@@ -194,26 +224,120 @@ def generic_state_key(world: World) -> tuple:
                 held_values.append((rid, evidence_token(found)))
             else:
                 held_by_janitor.append((janitor, rid, _held_token(found)))
-    held = (tuple(sorted(held_values)), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
-    attempts = tuple(sorted(attempts))
-    mirror = tuple(sorted((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values()))
+    held = (_multiset(held_values), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
+    attempts = frozenset(attempts)
+    mirror = frozenset((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values())
     ledger = world.ledger
     if type(ledger) is Ledger:
         # fence's own ledger as the fast key reads it: a deadline only while it can expire.
-        ledger_part = tuple(sorted(
+        ledger_part = frozenset(
             (r.reservation_id, r.owner, r.state._value_,
              (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
             for r in ledger._reservations.values()
-        ))
+        )
     else:
         ledger_part = _ledger_snapshot(ledger)
     policy_snapshot = getattr(world.policy, "snapshot", None)
     return (
-        world.now, attempts, network, tuple(sorted(world.retry_queue)), tuple(sorted(world.follow_ups)), held,
-        mirror, tuple(sorted(observer.abandoned)), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
+        # The retry queue counts per job (retries are taken by job), in any order.
+        world.now, attempts, network, _multiset(world.retry_queue), _multiset(world.follow_ups),
+        held, mirror, frozenset(observer.abandoned), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
+
+
+def symmetric_form(raw: tuple, jobs: list[str]) -> tuple[tuple, dict[str, str]]:
+    """The least renaming of a generic key over every permutation of ``jobs``, and the renaming that gave it.
+
+    Every string anywhere in the key (the plug-ins' snapshots included) has its
+    job names renamed; frozensets, sets and dicts are written again as sorted
+    tuples after renaming, lists and tuples keep their order (a plug-in that
+    returns a sorted tuple for what is a set merges fewer states, never wrong
+    ones). Two worlds that are renamings of each other get one form. A value
+    this cannot look into (an object that is not a plain value, a collection or
+    a dataclass) stops the renaming: the key is then ``raw`` itself, merged only
+    with equal worlds, which is never wrong either.
+    """
+    best: tuple | None = None
+    best_renaming: dict[str, str] = {}
+    for order in itertools.permutations(jobs):
+        renaming = dict(zip(jobs, order))
+        cache = _renamed_text_cache(renaming)
+        try:
+            form = _canonical(raw, renaming, cache)
+        except _NotRenamable:
+            return raw, {}
+        if best is None or _less(form, best):
+            best, best_renaming = form, renaming
+    return best, best_renaming
+
+
+def canonical_renaming(raw: tuple, renaming: dict[str, str]) -> tuple | None:
+    """``raw`` renamed by ``renaming`` as ``symmetric_form`` writes it, or None if it cannot be renamed."""
+    try:
+        return _canonical(raw, renaming, _renamed_text_cache(renaming))
+    except _NotRenamable:
+        return None
+
+
+class _NotRenamable(Exception):
+    """A key part holds a value whose names fence cannot rename."""
+
+
+def _less(one: tuple, other: tuple) -> bool:
+    try:
+        return one < other
+    except TypeError:  # values of mixed types somewhere: their text still orders them one way
+        return repr(one) < repr(other)
+
+
+_TEXT_CACHES: dict[tuple, dict[str, str]] = {}
+
+
+def _renamed_text_cache(renaming: dict[str, str]) -> dict[str, str]:
+    """Strings already renamed under ``renaming``: a walk renames the same few names millions of times."""
+    cache = _TEXT_CACHES.setdefault(tuple(renaming.items()), {})
+    if len(cache) > 200_000:  # payload texts may be many; the names repeat
+        cache.clear()
+    return cache
+
+
+def _canonical(value, renaming: dict[str, str], cache: dict[str, str]) -> object:
+    kind = type(value)
+    if kind is str:
+        renamed = cache.get(value)
+        if renamed is None:
+            renamed = cache[value] = _JOB_NAME.sub(lambda match: renaming.get(match.group(0), match.group(0)), value)
+        return renamed
+    if kind is tuple or kind is list:
+        return tuple([_canonical(item, renaming, cache) for item in value])
+    if kind in _PLAIN or kind is bytes:
+        return value
+    if kind is frozenset or kind is set:
+        return ("set", _sorted([_canonical(item, renaming, cache) for item in value]))
+    if kind is dict:
+        return ("dict", _sorted([
+            (_canonical(k, renaming, cache), _canonical(v, renaming, cache)) for k, v in value.items()
+        ]))
+    if isinstance(value, enum.Enum):
+        return (kind.__qualname__, _canonical(value._value_, renaming, cache))
+    if isinstance(value, tuple):  # a named tuple
+        return (kind.__qualname__, tuple([_canonical(item, renaming, cache) for item in value]))
+    if dataclasses.is_dataclass(value):
+        return (kind.__qualname__, tuple(
+            (f.name, _canonical(getattr(value, f.name), renaming, cache)) for f in dataclasses.fields(value)
+        ))
+    raise _NotRenamable(kind.__qualname__)
+
+
+_JOB_NAME = re.compile(r"job\d+")
+"""How the model names jobs (``World.jobs``); attempts are ``job#n``, reservations ``job/n``."""
+
+
+def _multiset(items) -> frozenset:
+    """Items whose order means nothing but whose number does (two janitors holding one answer)."""
+    return frozenset(Counter(items).items())
 
 
 def answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
