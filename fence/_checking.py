@@ -1,7 +1,8 @@
 """Both engines on policies and plug-ins: what ``fence check``, ``fence verdicts`` and ``fence.testing`` run.
 
 One task per policy and Hypothesis configuration, plus one explorer task per
-policy at ``EXPLORER_BOUND``; the tasks run on worker processes when they
+policy at each of its bounds in turn (``EXPLORER_BOUND`` for ``fence verdicts``,
+``CHECK_BOUNDS`` for a user's check); the tasks run on worker processes when they
 pickle (``fence._pool``), in this process otherwise, and each policy's row is
 combined in task order, whatever order its tasks finished in. A progress line
 per finished task and per finished policy goes to ``progress`` when one is
@@ -10,6 +11,7 @@ given (the command's stderr; ``fence.testing`` stays quiet).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +27,8 @@ from fence._verdicts import (
     DEFAULT_CONFIGS,
     EXPLORER_BOUND,
     EXPLORER_CHECK_BUDGET,
+    LATER_BOUNDS_BUDGET,
+    describe_bound,
     Cell,
     ConfigResult,
     PolicyReport,
@@ -57,20 +61,40 @@ class _ExplorerFailed:
 
 def _survey_one(arguments):
     policy, config, options = arguments
-    if config is None:  # the explorer's task: the whole row at EXPLORER_BOUND
+    if config is None:  # the explorer's task: the whole row, at each of its bounds
         from fence._explore import explore
 
+        runs = []
+        started = time.perf_counter()
         try:
-            return explore(
-                policy, EXPLORER_BOUND, destination_factory=options["destination_factory"],
-                ledger_factory=options["ledger_factory"], time_budget=EXPLORER_CHECK_BUDGET,
-            )
+            for index, bound in enumerate(options["explorer_bounds"]):
+                # One budget for all the bounds: what the first leaves, the next may take,
+                # up to LATER_BOUNDS_BUDGET for all after the first.
+                spent = time.perf_counter() - started
+                if index == 1:
+                    later_started = time.perf_counter()
+                left = EXPLORER_CHECK_BUDGET - spent
+                if index >= 1:
+                    left = min(left, LATER_BOUNDS_BUDGET - (time.perf_counter() - later_started))
+                left = max(left, 0.001)
+                runs.append(explore(
+                    policy, bound, destination_factory=options["destination_factory"],
+                    ledger_factory=options["ledger_factory"], time_budget=left, symmetry=bound.jobs > 1,
+                ))
         except Exception as crash:  # as survey_config does for Hypothesis
             broken = broken_in(crash)
             if broken is not None:  # one line and exit 2 (the command's main)
                 raise broken from None
             return _ExplorerFailed(f"{type(crash).__name__}: {crash}")  # the cells say "error"
+        return _Explored(runs)
     return survey_config(policy, config, **options)
+
+
+@dataclass(frozen=True)
+class _Explored:
+    """The explorer's runs for one policy, one per bound, in order."""
+
+    runs: list
 
 
 def _picklable(tasks) -> bool:
@@ -95,8 +119,9 @@ def check_policies(
     shortest: bool = False,
     workers: int = 1,
     progress: TextIO | None = None,
+    explorer_bounds: Sequence[ModelConfig] = (EXPLORER_BOUND,),
 ) -> list[PolicyReport]:
-    """Each policy's row: Hypothesis at ``configs`` and (``explore``) the explorer at ``EXPLORER_BOUND``.
+    """Each policy's row: Hypothesis at ``configs`` and (``explore``) the explorer at each of ``explorer_bounds``.
 
     ``profile`` names the Hypothesis effort (``PROFILES``); without a ``seed``
     the runs are derandomised, so the same code gets the same verdicts.
@@ -119,7 +144,8 @@ def check_policies(
     # so both cores stay busy to the end.
     tasks = [(policy, config, options) for policy in policies for config in configs]
     if explore:
-        tasks = [(policy, None, options) for policy in policies] + tasks
+        explorer_options = {**options, "explorer_bounds": tuple(explorer_bounds)}
+        tasks = [(policy, None, explorer_options) for policy in policies] + tasks
     per_policy = len(configs) + (1 if explore else 0)
     results: dict[int, object] = {}
     done_per_policy: Counter = Counter()
@@ -130,12 +156,13 @@ def check_policies(
         mine = [results[i] for i, task in enumerate(tasks) if task[0].name == policy.name]
         report = combine(policy, [r for r in mine if isinstance(r, ConfigResult)])
         failed = [r for r in mine if isinstance(r, _ExplorerFailed)]
-        explored = [r for r in mine if not isinstance(r, (ConfigResult, _ExplorerFailed))]
+        explored = [r for r in mine if isinstance(r, _Explored)]
         if failed:
             if not any(cell.verdict is Verdict.ERROR for cell in report.cells.values()):
                 report.cells = {inv.name: Cell(Verdict.ERROR, detail=failed[0].detail) for inv in INVARIANTS}
         elif explored:
-            report = with_explorer(report, explored[0], destination, ledger)
+            for found in explored[0].runs:
+                report = with_explorer(report, found, destination, ledger)
         return report
 
     # A backend's ModelStorage pickles into a storage of each worker's own; a
@@ -166,9 +193,13 @@ def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: Mod
             f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
         )
     else:
-        where = f"explorer, {_bound(result.config)} x {result.config.max_attempts} attempt(s), horizon {result.config.horizon}"
-        counts = Counter(item.outcome.value for item in result.results.values())
-        said = ", ".join(f"{n} {word}" for word, n in counts.items()) + f" ({result.states:,} states, {result.seconds:.1f}s)"
+        where = "explorer"
+        said = "; ".join(
+            f"{_bound(run.config)} x {run.config.max_attempts} attempt(s), horizon {run.config.horizon}: "
+            + ", ".join(f"{n} {word}" for word, n in Counter(i.outcome.value for i in run.results.values()).items())
+            + f" ({run.states:,} states, {run.seconds:.1f}s)"
+            for run in result.runs
+        )
     stream.write(f"[{done}/{total}] {policy.name}, {where}: {said}\n")
     stream.flush()
 
@@ -180,8 +211,8 @@ def _bound(config: ModelConfig) -> str:
 def _progress_line(stream, index: int, total: int, report: PolicyReport) -> None:
     counts = Counter(c.verdict.value for c in report.cells.values())
     said = ", ".join(f"{n} {word}" for word, n in counts.items())
-    explored = report.exploration
-    states = f", explorer {explored.states} states" if explored is not None else ""
+    explored = report.explorations
+    states = f", explorer {sum(run.states for run in explored)} states" if explored else ""
     stream.write(
         f"[policy {index}/{total}] {report.policy.name}: {said} ({report.examples} Hypothesis examples{states}, "
         f"{report.seconds:.1f}s)\n"
@@ -215,14 +246,16 @@ def report_text(reports: Sequence[PolicyReport], written_to: Path | None = None)
         for name, cell in report.cells.items():
             if cell.counterexample:
                 parts += ["", _counterexample.steps_text(cell.counterexample)]
-            elif cell.detail and cell.verdict is not Verdict.PROVED:  # the legend says what proved means
+            elif cell.detail and (cell.verdict is not Verdict.PROVED or ", not within" in cell.detail):
+                # The legend says what proved means; a proof within fewer bounds says which.
                 parts.append(f"\n{report.policy.name} / {name}: {cell.verdict.value}: {cell.detail}")
     if written_to is not None:
         parts.append(f"\ncounterexamples written to {written_to}/ (.txt steps, .mmd Mermaid, .json replayable)")
     return "\n".join(parts)
 
 
-def table(reports: list[PolicyReport], bound: ModelConfig = EXPLORER_BOUND) -> str:
+def table(reports: list[PolicyReport], bound: ModelConfig | None = None) -> str:
+    """The verdict table and its legend; ``proved`` names the bounds the explorer ran at (``bound`` if given)."""
     width = max(len("policy"), *(len(r.policy.name) for r in reports))
     header = "policy".ljust(width) + "  " + "  ".join(f"{inv.number}".ljust(12) for inv in INVARIANTS)
     lines = [header]
@@ -241,9 +274,12 @@ def table(reports: list[PolicyReport], bound: ModelConfig = EXPLORER_BOUND) -> s
         "  violated(n): a counterexample of n chosen steps (Hypothesis or the explorer found it; unless "
         "--no-shortest, the explorer's shortest: each counterexample below says which)"
     )
+    explored = next((r.explorations for r in reports if r.explorations), [])
+    bounds = [bound] if bound is not None else [run.config for run in explored] or [EXPLORER_BOUND]
     lines.append(
-        f"  proved: the explorer exhausted {bound.describe()}, horizon {bound.horizon}, "
+        f"  proved: the explorer exhausted {' and '.join(describe_bound(b) for b in bounds)}, "
         "reaching every danger, and Hypothesis found nothing at its configurations"
+        + (" (a cell proved within fewer says so below)" if len(bounds) > 1 else "")
     )
     lines.append(
         "  not-found: Hypothesis found nothing in its examples and reached every danger; nothing proved. "

@@ -33,11 +33,14 @@ from fence._plugins import PlugInSpecs, absolute, load_destination, load_ledger,
 from fence._policies import POLICIES, JanitorPolicy
 from fence._protocol import broken_in
 from fence._verdicts import (
+    CHECK_BOUNDS,
     EXPECTED_FILE,
     DEFAULT_CONFIGS,
+    EXPLORER_BOUND,
     PolicyReport,
     Verdict,
     compare,
+    describe_bound,
     load_expected,
 )
 from fence._world import ModelConfig
@@ -75,10 +78,11 @@ def _wants_shortest(args) -> bool:
 
 def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
     """Both engines, as the command line asked (on a --backend too: its SQL ledger and destination restore)."""
+    bounds = getattr(args, "explorer_bound", None) or (EXPLORER_BOUND,)
     return check_policies(
         policies, profile=args.profile, seed=args.seed, configs=_configs(args), destination=destination,
         ledger=ledger, explore=True, shortest=_wants_shortest(args),
-        workers=args.workers, progress=sys.stderr,
+        workers=args.workers, progress=sys.stderr, explorer_bounds=bounds,
     )
 
 
@@ -119,10 +123,10 @@ def _engines_json(report: PolicyReport) -> dict:
             "examples": report.examples,
         }
     }
-    found = report.exploration
-    if found is not None:
-        engines["explorer"] = {
-            "bound": f"{found.config.describe()}, horizon {found.config.horizon}",
+    for index, found in enumerate(report.explorations):
+        # "explorer" is the first bound's run; "explorer_bounds" every bound's, in order.
+        run = {
+            "bound": describe_bound(found.config),
             "verdicts": {name: item.outcome.value for name, item in found.results.items()},
             "states": found.states,
             "exhausted": found.exhausted,
@@ -132,7 +136,11 @@ def _engines_json(report: PolicyReport) -> dict:
             "policy_calls_checked": found.policy_calls_checked,
             "whole_worlds_because": found.whole_worlds_because,
             "dangers_reached": {name: found.reached[name] for name in sorted(found.reached)},
+            "seconds": round(found.seconds, 3),
         }
+        if index == 0:
+            engines["explorer"] = run
+        engines.setdefault("explorer_bounds", []).append(run)
     return engines
 
 
@@ -238,6 +246,7 @@ def exit_status(verdicts) -> int:
 
 
 def cmd_check(args) -> int:
+    args.explorer_bound = args.explorer_bound or CHECK_BOUNDS
     policy, destination, ledger, specs = _plug_ins(args)
     _configs(args)  # bad numbers are refused before anything is made
     out = _output.directory(args, "check")
@@ -318,7 +327,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("policy", help="a built-in name, MODULE:ATTR or FILE.py:ATTR")
     check.add_argument("--destination", help="MODULE:ATTR or FILE.py:ATTR of your destination factory (called with the Guards)")
     check.add_argument("--ledger", help="MODULE:ATTR or FILE.py:ATTR of your ledger factory (called with the capacity)")
-    check.set_defaults(handler=cmd_check)
+    check.add_argument(
+        "--explorer-bound", action="append", type=_arguments.explorer_bound, metavar="UxJxA:H",
+        help="prove within this bound, units x jobs x attempts : horizon (repeatable; default: "
+        + " and ".join(f"{b.capacity}x{b.jobs}x{b.max_attempts}:{b.horizon}" for b in CHECK_BOUNDS)
+        + ", jobs symmetric where there are two)",
+    )
+    check.set_defaults(handler=cmd_check, explorer_bound=None)
 
     probe = sub.add_parser("probe-sdk", help="check the strands-agents behaviours fence relies on")
     probe.set_defaults(handler=_cmd_probe_sdk)

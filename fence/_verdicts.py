@@ -69,8 +69,23 @@ class Verdict(enum.Enum):
 EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
 """The bound every check proves within: 1 unit x 1 job x 3 attempts, lease 2, horizon 3
 (seconds per built-in policy; its state space is exhausted for each)."""
+CHECK_BOUNDS: tuple[ModelConfig, ...] = (
+    EXPLORER_BOUND,
+    ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4),
+    ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2),
+)
+"""The bounds ``fence check``, ``fence.testing.check`` and the pytest plugin prove a user's code within,
+in this order, with one time budget (jobs symmetric where there are two): ``EXPLORER_BOUND`` first,
+the floor every check had; then a longer clock at one unit, where bugs of 13-19 steps live; then two
+workers racing at two units. A later bound the budget does not reach is said to be unproved, cell
+by cell. ``fence verdicts`` keeps ``EXPLORER_BOUND`` alone."""
 EXPLORER_CHECK_BUDGET = 300.0
-"""Seconds the explorer may take at that bound for a user's plug-ins before it says undetermined."""
+"""Seconds the explorer may take over all of a policy's bounds before what is left says undetermined."""
+LATER_BOUNDS_BUDGET = 120.0
+"""Of those, the most the bounds after the first may take together. fence's own parts and a user's
+policy exhaust all of ``CHECK_BOUNDS`` in well under it; a user's destination or ledger is walked as
+whole worlds (``fence._state_key.generic_state_key``), much slower, and would otherwise spend the
+whole budget on every check for a proof it cannot finish. A violation found before it runs out counts."""
 
 
 @dataclass
@@ -91,7 +106,13 @@ class PolicyReport:
     """Per violated invariant: how many examples the first config that broke it took."""
     seconds: float = 0.0
     exploration: object = None
-    """The explorer's run at EXPLORER_BOUND, once ``with_explorer`` added it."""
+    """The explorer's first run (its first bound), once ``with_explorer`` added it."""
+    explorations: list = field(default_factory=list)
+    """Every run ``with_explorer`` added, one per bound, in order."""
+    proved_within: dict[str, list[str]] = field(default_factory=dict)
+    """Per cell: the bounds the explorer proved it within."""
+    hypothesis_details: dict[str, str] = field(default_factory=dict)
+    """Hypothesis' own detail per cell, before the explorer's was added."""
     hypothesis_verdicts: dict[str, Verdict] = field(default_factory=dict)
     """Hypothesis' own word per cell, before the explorer's was added."""
 
@@ -260,17 +281,23 @@ def combine(policy: JanitorPolicy, results: Iterable[ConfigResult]) -> PolicyRep
 def with_explorer(report: PolicyReport, found, destination_factory=None, ledger_factory=None) -> PolicyReport:
     """Both engines' word on each cell, never stronger than the evidence (see ``Verdict``).
 
-    ``found`` is the explorer's ``Exploration`` at ``EXPLORER_BOUND``. A cell the
-    explorer proved while Hypothesis broke it is a disagreement only if
-    Hypothesis' counterexample replays within the explorer's bound (then the
-    explorer missed a reachable state: a fence bug, reported as such); a
-    counterexample that needs more units, jobs, attempts or time is beyond it.
+    ``found`` is one of the explorer's runs (``Exploration``); called once per
+    bound, in order. A cell is violated if any bound breaks it (the first
+    found is kept: the smallest bound's shortest), proved if some bound proved
+    it and none broke it, and says within which bounds. A cell the explorer
+    proved while Hypothesis broke it is a disagreement only if Hypothesis'
+    counterexample replays within the explorer's bound (then the explorer
+    missed a reachable state: a fence bug, reported as such); a counterexample
+    that needs more units, jobs, attempts or time is beyond it.
     """
     from fence._explore import Outcome
 
-    report.exploration = found
-    report.hypothesis_verdicts = {name: cell.verdict for name, cell in report.cells.items()}
-    bound = f"within {found.config.describe()}, horizon {found.config.horizon}"
+    if report.exploration is None:
+        report.exploration = found
+        report.hypothesis_verdicts = {name: cell.verdict for name, cell in report.cells.items()}
+        report.hypothesis_details = {name: cell.detail for name, cell in report.cells.items()}
+    report.explorations.append(found)
+    bound = f"within {describe_bound(found.config)}"
     missing = found.missing_dangers()
     for inv in INVARIANTS:
         cell = report.cells[inv.name]
@@ -281,7 +308,8 @@ def with_explorer(report: PolicyReport, found, destination_factory=None, ledger_
             if cell.verdict is not Verdict.VIOLATED:
                 report.cells[inv.name] = Cell(
                     Verdict.VIOLATED, explored.counterexample,
-                    f"{explored.counterexample.message} (the explorer's shortest; Hypothesis: {cell.detail or 'none'})",
+                    f"{explored.counterexample.message} (the explorer's shortest {bound}; Hypothesis: "
+                    f"{report.hypothesis_details.get(inv.name) or 'none'})",
                 )
             continue
         if explored.outcome is Outcome.PROVED:
@@ -291,17 +319,48 @@ def with_explorer(report: PolicyReport, found, destination_factory=None, ledger_
                         Verdict.DISAGREE, cell.counterexample,
                         f"fence bug: the explorer proved this {bound}, but this counterexample replays there",
                     )
-                else:
+                elif "(beyond the explorer's bound" not in cell.detail:
                     cell.detail = f"{cell.detail} (beyond the explorer's bound, where it is proved)"
+                continue
+            if cell.verdict is Verdict.DISAGREE:
                 continue
             if missing:
                 cell.detail = f"{cell.detail}; the explorer's proof {bound} never reached: {', '.join(missing)}"
                 continue
-            report.cells[inv.name] = Cell(Verdict.PROVED, detail=f"proved {bound}; {cell.detail}")
+            proved = report.proved_within.setdefault(inv.name, [])
+            proved.append(bound)
+            report.cells[inv.name] = Cell(
+                Verdict.PROVED, detail=f"proved {' and '.join(proved)}{_not_within(report, inv.name)}; "
+                f"{report.hypothesis_details.get(inv.name, '')}",
+            )
             continue
         reason = found.unfaithful or f"the {found.stopped_by or 'budget'} ran out"
-        cell.detail = f"{cell.detail}; the explorer proved nothing: {reason}"
+        report.proved_within.setdefault(inv.name, [])
+        if cell.verdict is Verdict.PROVED:
+            cell.detail = (f"proved {' and '.join(report.proved_within[inv.name])}{_not_within(report, inv.name)}; "
+                           f"{report.hypothesis_details.get(inv.name, '')}")
+        else:
+            cell.detail = f"{cell.detail}; {bound} the explorer proved nothing: {reason}"
     return report
+
+
+def describe_bound(config: ModelConfig) -> str:
+    """A bound as reports name it: units, jobs, attempts and horizon (jobs symmetric where there are two or more)."""
+    symmetric = ", jobs symmetric" if config.jobs > 1 else ""
+    return f"{config.describe()}, horizon {config.horizon}{symmetric}"
+
+
+def _not_within(report: PolicyReport, name: str) -> str:
+    """What a proved cell's proof leaves out: each bound the explorer ran without proving it, and why."""
+    from fence._explore import Outcome
+
+    gaps = []
+    for found in report.explorations:
+        if found.results[name].outcome is Outcome.PROVED:
+            continue
+        reason = found.unfaithful or f"the {found.stopped_by or 'budget'} ran out after {found.states:,} states"
+        gaps.append(f"not within {describe_bound(found.config)} ({reason})")
+    return f", {', '.join(gaps)}" if gaps else ""
 
 
 def _replays_within(example, config, inv, policy, destination_factory, ledger_factory) -> bool:

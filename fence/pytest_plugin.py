@@ -7,10 +7,13 @@ Registered through the ``pytest11`` entry point, so installing fence is enough;
         fence_check("ticket_fleet.janitor:AbandonFirst").assert_proved()
 
 ``fence_check`` is ``fence.testing.check`` (and ``fence_check.target`` is
-``check_target``) with three things decided once for the whole run:
+``check_target``) with four things decided once for the whole run:
 
 * the Hypothesis effort: ``--fence-profile`` or the ``fence_profile`` ini
   option (quick, default, thorough; default: default);
+* the explorer's bounds: ``--fence-explorer-bound UxJxA:H`` (repeatable) or
+  the ``fence_explorer_bounds`` ini option (default: ``fence check``'s,
+  ``fence._verdicts.CHECK_BOUNDS``);
 * the draw: derandomised, unless ``--fence-seed N``;
 * where counterexamples go: the test's ``tmp_path``, or ``--fence-out DIR``
   (one directory per test under it, e.g. to keep them as CI artifacts).
@@ -40,13 +43,34 @@ def pytest_addoption(parser) -> None:
                     help="draw with this seed instead of the derandomised default")
     group.addoption("--fence-out", default=None, metavar="DIR",
                     help="write counterexamples under DIR, a directory per test (default: each test's tmp_path)")
+    group.addoption("--fence-explorer-bound", action="append", default=None, metavar="UxJxA:H",
+                    help="prove within this bound (repeatable; default: the fence_explorer_bounds ini option, "
+                    "else fence check's bounds)")
     parser.addini("fence_profile", "Hypothesis effort for fence_check: quick, default or thorough", default="default")
+    parser.addini("fence_explorer_bounds", "bounds fence_check proves within, like 1x1x3:3 2x2x2:2 "
+                  "(default: fence check's)", type="args", default=[])
+
+
+def _explorer_bounds(config) -> tuple | None:
+    """The bounds this run asked for (None: fence check's own), refused in one line if one is not a bound."""
+    import argparse
+
+    from fence._arguments import explorer_bound
+
+    given = config.getoption("--fence-explorer-bound") or config.getini("fence_explorer_bounds")
+    if not given:
+        return None
+    try:
+        return tuple(explorer_bound(text) for text in given)
+    except argparse.ArgumentTypeError as problem:
+        raise pytest.UsageError(f"fence explorer bound: {problem}") from None
 
 
 def pytest_configure(config) -> None:
     profile = config.getoption("--fence-profile") or config.getini("fence_profile")
     if profile not in PROFILE_NAMES:
         raise pytest.UsageError(f"fence_profile = {profile!r} in the ini file: use one of {', '.join(PROFILE_NAMES)}")
+    _explorer_bounds(config)
 
 
 class FenceCheck:
@@ -58,12 +82,15 @@ class FenceCheck:
         config = request.config
         self.profile = config.getoption("--fence-profile") or config.getini("fence_profile")  # checked at configure
         self.seed = config.getoption("--fence-seed")
+        self.explorer_bounds = _explorer_bounds(config)
 
     def __call__(self, policy, **options):
         from fence.testing import check
 
         options.setdefault("profile", self.profile)
         options.setdefault("seed", self.seed)
+        if self.explorer_bounds is not None:
+            options.setdefault("explorer_bounds", self.explorer_bounds)
         options.setdefault("out", self._out)
         return self._noted(check(policy, **options))
 

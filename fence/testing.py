@@ -54,7 +54,7 @@ from fence._plugins import (
     UNIMPORTABLE, load_policy, spec_of,
 )
 from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, Verdict
+from fence._verdicts import CHECK_BOUNDS, DEFAULT_CONFIGS, PolicyReport, Verdict
 from fence._world import ModelConfig
 
 __all__ = ["Checked", "Verdict", "check", "check_target", "INVARIANT_NAMES"]
@@ -228,13 +228,17 @@ def check(
     configs: Sequence[ModelConfig] = DEFAULT_CONFIGS,
     explore: bool = True,
     out: str | Path | None = None,
+    explorer_bounds: Sequence[ModelConfig] = CHECK_BOUNDS,
 ) -> Checked:
     """Both engines on ``policy`` with your ``destination`` and ``ledger`` (None: fence's own).
 
     ``profile`` is the Hypothesis effort (quick, default, thorough; ``fence
     check --profile``); ``seed`` replaces the derandomised draw; ``configs``
-    the Hypothesis configurations (units x jobs). The explorer proves at the
-    CI bound; ``explore=False`` skips it (a ledger on a server it cannot copy).
+    the Hypothesis configurations (units x jobs). The explorer proves within
+    each of ``explorer_bounds`` in turn (default ``CHECK_BOUNDS``: 1 unit x 1
+    job x 3 attempts to horizon 4, then 2 units x 2 jobs x 2 attempts to horizon
+    2, jobs symmetric), one time budget for all; ``explore=False`` skips it (a
+    ledger on a server it cannot copy).
     Counterexamples go to ``out`` (default: a fresh temporary directory).
     A bad plug-in raises ``fence.BadInput`` with one line naming it.
     """
@@ -247,9 +251,13 @@ def check(
         problem = config.problem()
         if problem:
             raise BadInput(f"{problem}; fix the configs given to fence.testing.check")
+    for bound in explorer_bounds:
+        problem = bound.problem() if isinstance(bound, ModelConfig) else f"{bound!r} is not a fence.ModelConfig"
+        if problem:
+            raise BadInput(f"{problem}; fix the explorer_bounds given to fence.testing.check")
     reports = check_policies(
         [chosen], profile=profile, seed=seed, configs=tuple(configs), destination=destination_factory,
-        ledger=ledger_factory, explore=explore,
+        ledger=ledger_factory, explore=explore, explorer_bounds=tuple(explorer_bounds),
     )
     directory = _directory(out)
     specs = PlugInSpecs(policy_spec, destination_spec, ledger_spec)
