@@ -332,16 +332,19 @@ def _explore_in_child(pipe, arguments) -> None:
     import traceback
 
     from fence._explore import explore_with_workers
-    from fence._plugins import load_policy
+    from fence._plugins import load_destination, load_ledger, load_policy
 
-    spec, config, symmetry, budget, explorer_workers = arguments
+    spec, config, symmetry, budget, explorer_workers, (destination, ledger) = arguments
     try:
         policy = load_policy(spec)  # a built-in's name, or a user's MODULE:ATTR or FILE.py:ATTR
         found = explore_with_workers(
             policy, config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
             share_levels="always",  # measured as asked, so the two ways can be compared
+            destination_factory=load_destination(destination) if destination else None,
+            ledger_factory=load_ledger(ledger) if ledger else None,
         )
-        name = policy.name
+        # A row with a user's destination or ledger is named by it: it is walked another way.
+        name = policy.name + "".join(f" + {Path(p).name}" for p in (destination, ledger) if p)
         outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
         kib = 1024 if sys.platform != "darwin" else 1024 * 1024  # ru_maxrss: KiB on Linux, bytes on macOS
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kib
@@ -359,10 +362,11 @@ def _explore_in_child(pipe, arguments) -> None:
 def explorer(
     policies: Sequence[str], budget: float, workers: int, command: str, out: Path,
     bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS, symmetry: str = "both", explorer_workers: int = 1,
-    repeat: int = 1,
+    repeat: int = 1, plugins: tuple[str | None, str | None] = (None, None),
 ) -> int:
     """Per policy and bound: states/s, transitions/s, wall time and peak memory of one exploration.
 
+    ``plugins``: the specs of a user's destination and ledger every row runs with (None: fence's own).
     ``symmetry``: "both" (with and without, for bounds of more than one job),
     "on" or "off". With ``explorer_workers`` > 1 each exploration shares its
     levels between that many processes (``explore_with_workers``, even where
@@ -374,7 +378,7 @@ def explorer(
     """
     choices = {"both": (False, True), "on": (True,), "off": (False,)}[symmetry]
     tasks = [
-        (name, config, with_symmetry, budget, explorer_workers)
+        (name, config, with_symmetry, budget, explorer_workers, plugins)
         for config in bounds
         for name in policies
         for with_symmetry in (choices if config.jobs > 1 else (False,))
@@ -397,16 +401,19 @@ def explorer(
     if repeat > 1:
         how += (f"\n# each row explored {repeat} times, each in a fresh process: its figures are the median run's "
                 "(by wall time), 'runs s' the fastest and slowest, peak MiB the largest")
+    width = max([22] + [len(row.name) for row in rows])
     lines = [
         *_evidence.header(command),
         how,
+        *([f"# every row with {' and '.join(p for p in plugins if p)} (a user's plug-ins: the generic path)"]
+          if any(plugins) else []),
         f"# each row: one breadth-first exploration, time budget {budget:g}s; lease 2, 2 janitors",
         "# peak MiB: the exploring process's peak resident memory (getrusage ru_maxrss); with several",
         "#   explorer processes, '+ N' is the largest worker's peak (the coordinator's is the first figure)",
         f"# wall time {wall:.0f}s",
         "",
         "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
-        f"{'policy':22} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
+        f"{'policy':{width}} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
         f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} exhausted verdicts"
         + ("  runs s" if repeat > 1 else ""),
     ]
@@ -415,7 +422,7 @@ def explorer(
         bound = f"{config.capacity}x{config.jobs}x{config.max_attempts}, horizon {config.horizon}"
         peak = f"{row.peak_mib:.0f}" + (f" + {row.workers_peak_mib:.0f}" if row.workers_peak_mib is not None else "")
         lines.append(
-            f"{row.name:22} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
+            f"{row.name:{width}} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
             f"{row.depth:>5} {row.seconds:>8.1f} {row.states_per_second:>8.0f} {row.transitions_per_second:>8.0f} "
             f"{peak:>13} {'yes' if row.exhausted else 'NO':9} {row.outcomes}"
             + (f"   {min(row.runs_seconds):.1f}-{max(row.runs_seconds):.1f}" if repeat > 1 else "")

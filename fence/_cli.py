@@ -376,6 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--policy", action="append",
                        help="only this policy (repeatable); explorer: also a user's MODULE:ATTR or FILE.py:ATTR, "
                        "and one named '<built-in> copy' is set beside that built-in")
+    bench.add_argument("--destination", help="explorer: every row with this destination of yours (MODULE:ATTR or FILE.py:ATTR)")
+    bench.add_argument("--ledger", help="explorer: every row with this ledger of yours (MODULE:ATTR or FILE.py:ATTR)")
     bench.add_argument("--time-budget", type=_arguments.positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_arguments.positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
@@ -561,6 +563,12 @@ def cmd_bench(args) -> int:
         names = [name if name in POLICIES else absolute(name) for name in names]
         for name in names:
             load_policy(name)
+        if args.destination:
+            load_destination(args.destination)
+        if args.ledger:
+            load_ledger(args.ledger)
+    elif args.destination or args.ledger:
+        raise BadInput(f"--destination and --ledger are for 'fence bench explorer', not {args.what}")
     unknown = [name for name in names if name not in POLICIES and args.what != "explorer"]
     if unknown:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
@@ -569,6 +577,7 @@ def cmd_bench(args) -> int:
         return _bench.explorer(
             names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
             symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat,
+            plugins=(absolute(args.destination), absolute(args.ledger)),
         )
     if args.what == "counterexamples":
         return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
