@@ -25,6 +25,7 @@ plug-in that ``copy.deepcopy`` cannot copy is named in one line (``deepcopy``).
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 from typing import Any, Callable
@@ -244,6 +245,41 @@ def scan_refused(ledger: object, reservation_id: str, now: float, refusal: Excep
         f"({refusal}); get() and apply() must agree with expired(): a listed lease is reserved, past its "
         "deadline, and accepts the janitor's expiry move"
     )
+
+
+# -- copies ----------------------------------------------------------------------------
+COPY_FIX = (
+    "fence copies a plug-in for every run and every state the explorer visits: keep only values "
+    "copy.deepcopy can copy in it (no locks, sockets, open files or clients), or give its class a __deepcopy__"
+)
+
+
+def deepcopy(parts: dict[str, object], memo: dict | None = None) -> dict[str, object]:
+    """``copy.deepcopy(parts, memo)`` of a user's parts (by kind: policy, destination, ledger, evidence).
+
+    A part that cannot be copied is named in one line; to find which, each part
+    is copied alone (only once the copy of all of them failed).
+    """
+    try:
+        return copy.deepcopy(parts, memo)
+    except FenceError:
+        raise
+    except Exception as error:
+        kind, part = next(
+            ((kind, part) for kind, part in parts.items() if not _copies(part)), next(iter(parts.items()))
+        )
+        what = describe(part, kind) if kind != "evidence" else "the evidence a policy's probe() returned"
+        raise PluginBroken(
+            f"{what} cannot be copied: copy.deepcopy raised {type(error).__name__}: {error}; {COPY_FIX}"
+        ) from error
+
+
+def _copies(part: object) -> bool:
+    try:
+        copy.deepcopy(part)
+    except Exception:
+        return False
+    return True
 
 
 _FENCE = str(Path(__file__).resolve().parent)

@@ -24,7 +24,6 @@ the danger was really visited.
 
 from __future__ import annotations
 
-import copy
 import enum
 from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -272,7 +271,7 @@ class World:
         ledger_factory: Callable[[int], Ledger] | None = None,
     ) -> None:
         # A user's policy is copied: whatever it keeps, no run sees another run's.
-        self.policy = policy if type(policy) in FENCE_POLICY_TYPES else copy.deepcopy(policy)
+        self.policy = policy if type(policy) in FENCE_POLICY_TYPES else _protocol.deepcopy({"policy": policy})["policy"]
         self.config = config
         make = destination_factory or TicketService
         self.destination: Destination = make(policy.guards)
@@ -962,7 +961,7 @@ class World:
         observed = ObservedDestination.__new__(ObservedDestination)
         janitors = self.janitors
         memo[id(janitors[0].destination)] = observed
-        copied = copy.deepcopy(users, memo)
+        copied = _protocol.deepcopy(users, memo)
         for name, part in copied.items():
             setattr(other, name, part)
         observed.__init__(other.destination, other.observer)

@@ -171,9 +171,9 @@ CASES: dict[str, tuple[list[str], str]] = {
     "explore commit returns a string": (["explore", "--policy", "naive", "--destination",
                                          _plugin("destinations:CommitReturnsString")], "commit() returned 'ok'"),
 }
-# Plug-ins that break a protocol where the world receives a ledger's answer: the same one line
-# from every command that runs them (issue 24; explore used to print the traceback of fence's
-# own IllegalMove). verdicts takes a policy only.
+# Plug-ins that break a protocol where the world receives a ledger's answer, or that cannot be
+# copied: the same one line from every command that runs them (issue 24; explore used to print
+# the traceback of fence's own IllegalMove). verdicts takes a policy only.
 BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
     "ledger expired() lists claimed leases": (
         ["abandon-fenced", "--ledger", _plugin("ledgers:ExpiredListsClaimed")],
@@ -184,6 +184,12 @@ BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
     "ledger get() raises KeyError": (
         ["naive", "--ledger", _plugin("ledgers:GetByJob")],
         "ledger (GetByJob in ledgers.py): get('job1/r1') raised KeyError: 'job1'; it must return the fence.Reservation"),
+    "destination cannot be copied": (
+        ["naive", "--destination", _plugin("destinations:CannotBeCopied")],
+        "destination (CannotBeCopied in destinations.py) cannot be copied: copy.deepcopy raised TypeError"),
+    "policy cannot be copied": (
+        [_plugin("policies:CannotBeCopied")],
+        "policy 'cannot-be-copied' (CannotBeCopied in policies.py) cannot be copied: copy.deepcopy raised TypeError"),
 }
 for _name, ([_policy, *_plugins], _needle) in BROKEN_EVERYWHERE.items():
     CASES[f"check {_name}"] = (["check", _policy, *_plugins], _needle)

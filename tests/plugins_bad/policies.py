@@ -1,6 +1,7 @@
 """Janitor policies that break the policy protocol (README, "Bring your own")."""
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from fence import Decision, Evidence, Policy
 
@@ -55,6 +56,14 @@ class AfterReleaseRaises(Policy):
 
     def after_release(self, destination, reservation):
         raise ValueError("cannot abandon")
+
+
+@dataclass(frozen=True)
+class CannotBeCopied(Policy):
+    """Holds a lock, which copy.deepcopy cannot copy (fence copies a user's policy for every run)."""
+
+    name: str = "cannot-be-copied"
+    lock: object = field(default_factory=threading.Lock)
 
 
 class ForgotDataclass(Policy):
