@@ -307,8 +307,10 @@ def broken_in(error: BaseException) -> PluginBroken | None:
     """The ``PluginBroken`` that ``error`` is or holds (Hypothesis may group what a run raised).
 
     An exception raised inside a plug-in's own code that no check above caught
-    (a ledger's method, say) is one too, naming the method it came from. None
-    when fence's own code raised it.
+    (a destination's lookup, say) is one too, naming the method it came from,
+    and so is one of fence's own errors raised there, where no protocol took
+    it as an answer. None when fence's own code raised it: a bug in fence, or
+    a refusal fence should have taken, which keeps its traceback.
     """
     if isinstance(error, BaseExceptionGroup):
         for leaf in _leaves(error):
@@ -318,13 +320,19 @@ def broken_in(error: BaseException) -> PluginBroken | None:
         return None
     if isinstance(error, PluginBroken):
         return error
-    if isinstance(error, FenceError):
-        return None
     frame = _plugin_frame(error)
     if frame is None:
         return None
     code = frame.tb_frame.f_code
     where = f"{Path(code.co_filename).name}:{frame.tb_lineno}"
+    if isinstance(error, FenceError):
+        # One of fence's errors that a plug-in raised where no protocol takes it as an
+        # answer (the world would have taken a ledger's refusal): the plug-in's, not fence's.
+        return PluginBroken(
+            f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; fence's "
+            "errors are answers only where a protocol lists them (a ledger's refusals): see the README "
+            "(\"Bring your own\")"
+        )
     return PluginBroken(
         f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; "
         "see its protocol in the README (\"Bring your own\")"

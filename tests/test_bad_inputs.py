@@ -190,6 +190,9 @@ BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
     "policy cannot be copied": (
         [_plugin("policies:CannotBeCopied")],
         "policy 'cannot-be-copied' (CannotBeCopied in policies.py) cannot be copied: copy.deepcopy raised TypeError"),
+    "policy raises fence's own error": (
+        [_plugin("policies:ProbeRaisesStaleAttempt")],
+        "ProbeRaisesStaleAttempt.probe() (policies.py:"),
 }
 for _name, ([_policy, *_plugins], _needle) in BROKEN_EVERYWHERE.items():
     CASES[f"check {_name}"] = (["check", _policy, *_plugins], _needle)

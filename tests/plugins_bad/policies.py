@@ -3,7 +3,7 @@
 import threading
 from dataclasses import dataclass, field
 
-from fence import Decision, Evidence, Policy
+from fence import Decision, Evidence, Policy, StaleAttempt
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,16 @@ class AfterReleaseRaises(Policy):
 
     def after_release(self, destination, reservation):
         raise ValueError("cannot abandon")
+
+
+@dataclass(frozen=True)
+class ProbeRaisesStaleAttempt(Policy):
+    """Raises one of fence's own errors where no protocol takes it as an answer."""
+
+    name: str = "probe-raises-stale-attempt"
+
+    def probe(self, destination, reservation):
+        raise StaleAttempt(f"{reservation.reservation_id} is not mine to ask about")
 
 
 @dataclass(frozen=True)
