@@ -1326,6 +1326,14 @@ def describe_bounds(found: Exploration) -> str:
     return text + (", jobs symmetric" if found.symmetry else "")
 
 
+def level_line(found: Exploration) -> str:
+    """One breadth-first level, as TLC prints it: depth, states, rate, what is queued."""
+    return (
+        f"depth {found.depth}: {found.states:,} distinct states, {found.states_per_second:,.0f} states/s, "
+        f"{found.queued:,} queued ({found.seconds:.1f}s)"
+    )
+
+
 def report_text(found: Exploration) -> str:
     lines = [f"policy {found.policy.name}, bounds: {describe_bounds(found)}"]
     if found.exhausted:

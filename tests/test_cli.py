@@ -108,3 +108,26 @@ def test_a_closed_pipe_is_quiet():
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 141, "an unread verdict must not look like a pass (0)"
+
+
+# -- progress on stderr: lines counted and ordered, never timed -----------------------------
+def _in_process(argv, capsys):
+    """``fence ARGV`` in this process (fast), with its exit status, stdout and stderr lines."""
+    from fence._cli import main
+
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+def test_explore_json_prints_its_levels_on_stderr_and_only_json_on_stdout(tmp_path, capsys):
+    """``fence explore --json``: stdout parses as JSON; stderr has one line per level, depth 1, 2, ... in order."""
+    import json
+
+    status, out, err = _in_process(["explore", "--policy", "naive", "--horizon", "2", "--json", "--out", str(tmp_path)],
+                                   capsys)
+    assert status == 1  # naive is violated
+    found = json.loads(out)
+    depths = [int(line.split()[1].rstrip(":")) for line in err if line.startswith("depth ")]
+    assert depths == list(range(1, len(depths) + 1)) and len(depths) >= 2, err
+    assert found["depth"] == depths[-1], (found["depth"], err)
