@@ -25,6 +25,8 @@ from fence._cli import main
 REPO = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "plugins_bad"
 PINNED = Path(__file__).resolve().parent / "pinned" / "naive__no_duplicate_writes.json"
+LEVEL_LINE = re.compile(r"(\[explorer\] .+?: )?depth \d+: [\d,]+ distinct states, ")
+"""The explorer's progress line: explore's own, or the one check and verdicts print for it."""
 
 
 def _git_status() -> str | None:
@@ -297,9 +299,9 @@ def test_bad_input_is_one_line_exit_2_and_the_checkout_is_unchanged(name, files,
     except SystemExit as stop:  # argparse's usage errors
         status = stop.code
     out, err = capsys.readouterr()
-    # A walk's progress lines ("depth N: ...") may come before a plug-in breaks its protocol
-    # deep in it; the problem itself is still one line.
-    lines = [line for line in err.strip().splitlines() if not re.match(r"depth \d+: ", line)]
+    # A walk's progress lines ("depth N: ...", in check and verdicts "[explorer] POLICY: depth N: ...")
+    # may come before a plug-in breaks its protocol deep in it; the problem itself is still one line.
+    lines = [line for line in err.strip().splitlines() if not LEVEL_LINE.match(line)]
     assert status == 2, f"exit {status}, stderr: {err}"
     assert len(lines) == 1, f"not one line:\n{err}"
     assert lines[0].startswith("fence: ") and needle in lines[0], lines[0]
@@ -385,6 +387,8 @@ def test_ctrl_c_is_one_line_exit_130_and_no_partial_file(argv, first, tmp_path):
     try:
         if first is not None:
             line = process.stderr.readline()  # the run is under way: a progress line
+            while line.startswith("[explorer] ") and LEVEL_LINE.match(line):  # verdicts: the explorer's may come first
+                line = process.stderr.readline()
             assert line.startswith(first), line
         else:
             line = process.stdout.readline()  # experiments: the first trial's line

@@ -131,3 +131,31 @@ def test_explore_json_prints_its_levels_on_stderr_and_only_json_on_stdout(tmp_pa
     depths = [int(line.split()[1].rstrip(":")) for line in err if line.startswith("depth ")]
     assert depths == list(range(1, len(depths) + 1)) and len(depths) >= 2, err
     assert found["depth"] == depths[-1], (found["depth"], err)
+
+
+@pytest.mark.parametrize("command", ["check", "verdicts"])
+def test_check_and_verdicts_print_the_explorers_first_level_before_its_task_line(command, tmp_path, capsys):
+    """check and verdicts print ``[explorer] POLICY: depth 1: ...`` while the explorer walks, before its task line."""
+    argv = ["check", "naive"] if command == "check" else ["verdicts", "--policy", "naive", "--no-shortest"]
+    status, _, err = _in_process([*argv, "--profile", "quick", "--workers", "1", "--out", str(tmp_path)], capsys)
+    assert status == (1 if command == "check" else 0), err  # check: naive is violated; verdicts: as expected
+    levels = [n for n, line in enumerate(err) if line.startswith("[explorer] naive: depth ")]
+    task = next(n for n, line in enumerate(err) if line.startswith("[1/") and ", explorer, " in line)
+    assert levels and levels[0] < task, err
+    assert err[levels[0]].startswith("[explorer] naive: depth 1: "), err
+
+
+@pytest.mark.parametrize("every", [1e9, 0.0], ids=["longer-than-the-run", "zero"])
+def test_check_prints_the_first_level_then_at_most_one_line_per_interval(every, tmp_path, capsys, monkeypatch):
+    """LEVEL_LINE_EVERY longer than the run: depth 1 only; zero: every level, 1, 2, ... in order."""
+    from fence import _checking
+
+    monkeypatch.setattr(_checking, "LEVEL_LINE_EVERY", every)
+    status, _, err = _in_process(["check", "naive", "--profile", "quick", "--workers", "1", "--out", str(tmp_path)],
+                                 capsys)
+    assert status == 1, err
+    printed = [line.split(": ")[1] for line in err if line.startswith("[explorer] naive: ")]
+    if every:
+        assert printed == ["depth 1"], err
+    else:
+        assert printed == [f"depth {n}" for n in range(1, len(printed) + 1)] and len(printed) > 1, err
