@@ -6,11 +6,14 @@ policy at each of its bounds in turn (``EXPLORER_BOUND`` for ``fence verdicts``,
 pickle (``fence._pool``), in this process otherwise, and each policy's row is
 combined in task order, whatever order its tasks finished in. A progress line
 per finished task and per finished policy goes to ``progress`` when one is
-given (the command's stderr; ``fence.testing`` stays quiet).
+given (the command's stderr; ``fence.testing`` stays quiet), and the
+explorer's own level lines while it walks (``LevelLines``): its run can take
+minutes with a user's plug-ins, longer than any task line waits.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -52,6 +55,36 @@ PROFILES = {
 }
 
 
+LEVEL_LINE_EVERY = 5.0
+"""Seconds between two of the explorer's level lines in check and verdicts (its first level always has one)."""
+
+
+class LevelLines:
+    """The explorer's progress in check and verdicts: ``[explorer] POLICY: depth N: ...`` on stderr.
+
+    The first level's line, then at most one every ``LEVEL_LINE_EVERY`` seconds:
+    a walk of many quick levels would bury the task lines around it. ``stream``
+    None is the stderr of the process the walk runs in (a worker process shares
+    the command's); a stream object never crosses into a worker (it may not pickle).
+    """
+
+    def __init__(self, policy: str, stream: TextIO | None = None) -> None:
+        self.policy = policy
+        self.stream = stream
+        self._last: float | None = None
+
+    def __call__(self, found) -> None:
+        from fence._explore import level_line
+
+        now = time.monotonic()
+        if self._last is not None and now - self._last < LEVEL_LINE_EVERY:
+            return
+        self._last = now
+        stream = self.stream if self.stream is not None else sys.stderr
+        stream.write(f"[explorer] {self.policy}: {level_line(found)}\n")
+        stream.flush()
+
+
 @dataclass(frozen=True)
 class _ExplorerFailed:
     """The explorer's task raised (a plug-in broke its protocol, or raised): the row is an error."""
@@ -77,9 +110,12 @@ def _survey_one(arguments):
                 if index >= 1:
                     left = min(left, LATER_BOUNDS_BUDGET - (time.perf_counter() - later_started))
                 left = max(left, 0.001)
+                where = f"{policy.name} at {bound.capacity}x{bound.jobs}x{bound.max_attempts}:{bound.horizon}"
+                lines = LevelLines(where, options["stream"]) if options["progress"] else None
                 runs.append(explore(
                     policy, bound, destination_factory=options["destination_factory"],
                     ledger_factory=options["ledger_factory"], time_budget=left, symmetry=bound.jobs > 1,
+                    progress=lines,
                 ))
         except Exception as crash:  # as survey_config does for Hypothesis
             broken = broken_in(crash)
@@ -143,8 +179,11 @@ def check_policies(
     # One task per policy and configuration (and one per policy for the explorer),
     # so both cores stay busy to the end.
     tasks = [(policy, config, options) for policy in policies for config in configs]
+    explorer_options = {
+        "destination_factory": destination, "ledger_factory": ledger, "progress": progress is not None, "stream": None,
+        "explorer_bounds": tuple(explorer_bounds),
+    }
     if explore:
-        explorer_options = {**options, "explorer_bounds": tuple(explorer_bounds)}
         tasks = [(policy, None, explorer_options) for policy in policies] + tasks
     per_policy = len(configs) + (1 if explore else 0)
     results: dict[int, object] = {}
@@ -169,6 +208,8 @@ def check_policies(
     # user's plug-ins pickle by reference (fence._plugins registers their module).
     if workers > 1 and not _picklable(tasks):
         workers = 1
+    if workers < 2:  # the walks run here: their level lines go where the task lines go
+        explorer_options["stream"] = progress
     for index, result in run_tasks(_survey_one, tasks, workers):
         results[index] = result
         policy = tasks[index][0]
@@ -193,7 +234,7 @@ def _task_line(stream, done: int, total: int, policy: JanitorPolicy, config: Mod
             f"{len(result.counterexamples)} violated in {result.examples} examples, {result.seconds:.1f}s"
         )
     else:
-        where = "explorer"
+        where = f"explorer, {len(result.runs)} bound(s)"
         said = "; ".join(
             f"{_bound(run.config)} x {run.config.max_attempts} attempt(s), horizon {run.config.horizon}: "
             + ", ".join(f"{n} {word}" for word, n in Counter(i.outcome.value for i in run.results.values()).items())

@@ -468,12 +468,10 @@ def cmd_db(args) -> int:
 
 
 def _level_line(found) -> None:
-    """One line per breadth-first level, as TLC prints: depth, states, rate, what is queued."""
-    print(
-        f"depth {found.depth}: {found.states:,} distinct states, {found.states_per_second:,.0f} states/s, "
-        f"{found.queued:,} queued ({found.seconds:.1f}s)",
-        file=sys.stderr, flush=True,
-    )
+    """One line per breadth-first level on stderr, with --json too (stdout holds only the report)."""
+    from fence._explore import level_line
+
+    print(level_line(found), file=sys.stderr, flush=True)
 
 
 def cmd_explore(args) -> int:
@@ -506,7 +504,7 @@ def cmd_explore(args) -> int:
             symmetry=args.symmetry,
             destination_factory=destination,
             ledger_factory=ledger,
-            progress=None if args.json else _level_line,
+            progress=_level_line,
         )
     except Exception as crash:
         broken = broken_in(crash)

@@ -143,7 +143,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fence import _transitions
+from fence import _protocol, _transitions
 from fence._abstract import AbstractWalk, replayable
 from fence._counterexample import Counterexample
 from fence._counterexample import to_json as counterexample_json
@@ -683,13 +683,11 @@ def _plugin_answers(world: World) -> list[tuple]:
     Reads are asked three times over (a read that counts its callers shows it);
     each write is made on a fresh copy, so the answers do not depend on each other.
     """
-    import copy
-
     destination, ledger = world.destination, world.ledger
     identities = sorted({a.identity for a in world.attempts.values()})
     keys = list(world.jobs)
     answers: list[tuple] = []
-    asked = copy.deepcopy(destination)
+    asked = _protocol.deepcopy({"destination": destination})["destination"]
     for round_ in range(3):
         answers += [("lookup", key, asked.lookup(key)) for key in keys]
         answers += [("attempt_state", i, _said(asked.attempt_state(i))) for i in identities]
@@ -701,7 +699,7 @@ def _plugin_answers(world: World) -> list[tuple]:
             ("commit", (attempt.identity, attempt.key, "a revised ticket")),
             ("abandon_unless_committed", (attempt.identity,)),
         ):
-            fresh = copy.deepcopy(destination)
+            fresh = _protocol.deepcopy({"destination": destination})["destination"]
             try:
                 said = _said(getattr(fresh, call)(*arguments))
             except Exception as error:  # a refusal by exception is an answer too
@@ -709,14 +707,14 @@ def _plugin_answers(world: World) -> list[tuple]:
             answers.append((call, arguments, said, len(fresh.effects())))
     # The order a ledger lists reservations in is not state: the key sorts them, and
     # nothing in the model depends on it (two paths that reserve in turn list them apart).
-    read = copy.deepcopy(ledger)
+    read = _protocol.deepcopy({"ledger": ledger})["ledger"]
     answers.append(("free", read.free))
     listed = sorted(read.reservations(), key=lambda r: r.reservation_id)
     answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in listed]
     answers.append(("expired", frozenset(r.reservation_id for r in read.expired(world.now))))
     for reservation in listed:
         for move in Move:
-            fresh = copy.deepcopy(ledger)
+            fresh = _protocol.deepcopy({"ledger": ledger})["ledger"]
             try:
                 said = fresh.apply(reservation.reservation_id, move).state.value
             except Exception as error:
@@ -1427,6 +1425,14 @@ def describe_bounds(found: Exploration) -> str:
     if found.max_depth is not None:
         text += f", at most {found.max_depth} chosen steps"
     return text + (", jobs symmetric" if found.symmetry else "")
+
+
+def level_line(found: Exploration) -> str:
+    """One breadth-first level, as TLC prints it: depth, states, rate, what is queued."""
+    return (
+        f"depth {found.depth}: {found.states:,} distinct states, {found.states_per_second:,.0f} states/s, "
+        f"{found.queued:,} queued ({found.seconds:.1f}s)"
+    )
 
 
 def report_text(found: Exploration) -> str:

@@ -42,13 +42,13 @@ class Janitor:
 
     def scan(self, reservation_id: str, now: float) -> Reservation:
         """Act on one expired lease: hold it for evidence, or (naive) free it."""
-        reservation = self.ledger.get(reservation_id)
+        reservation = _protocol.ledger_get(self.ledger, reservation_id)
         if reservation.state is not ReservationState.RESERVED or not reservation.expired(now):
             raise IllegalMove(
                 f"scan {reservation_id} at {now}: it is {reservation.state.value} with "
                 f"deadline {reservation.deadline}; only an expired reserved lease is scanned"
             )
-        return self.ledger.apply(reservation_id, self.expiry_move)
+        return _protocol.ledger_apply(self.ledger, reservation_id, self.expiry_move)
 
     @property
     def expiry_move(self) -> Move:
@@ -69,9 +69,10 @@ class Janitor:
         """Ask the destination what the policy wants to know about this reservation."""
         policy = self.policy
         if self.twins is not None:
-            return self.twins.probe(self, self.ledger.get(reservation_id))
+            return self.twins.probe(self, _protocol.ledger_get(self.ledger, reservation_id))
         evidence = _protocol.call(
-            policy, "policy", "probe", EVIDENCE_MUST, policy.probe, self.destination, self.ledger.get(reservation_id)
+            policy, "policy", "probe", EVIDENCE_MUST, policy.probe, self.destination,
+            _protocol.ledger_get(self.ledger, reservation_id),
         )
         return _protocol.returned(policy, "policy", "probe", evidence, Evidence, EVIDENCE_MUST)
 
@@ -79,13 +80,13 @@ class Janitor:
         """Apply the policy's decision; raises IllegalMove if the reservation moved on."""
         policy = self.policy
         if self.twins is not None:
-            decision = self.twins.decide(self, self.ledger.get(reservation_id).key, evidence)
+            decision = self.twins.decide(self, _protocol.ledger_get(self.ledger, reservation_id).key, evidence)
         else:
             decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
             _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
         if decision is Decision.HOLD:
-            return Settlement(self.ledger.get(reservation_id), decision, evidence)
-        moved = self.ledger.apply(reservation_id, SETTLE_MOVES[decision])
+            return Settlement(_protocol.ledger_get(self.ledger, reservation_id), decision, evidence)
+        moved = _protocol.ledger_apply(self.ledger, reservation_id, SETTLE_MOVES[decision])
         return Settlement(moved, decision, evidence)
 
     @property
@@ -97,18 +98,18 @@ class Janitor:
         """The policy's second step after a release, taken on its own (other events may come first)."""
         policy = self.policy
         if self.twins is not None:
-            self.twins.follow_up(self, self.ledger.get(reservation_id))
+            self.twins.follow_up(self, _protocol.ledger_get(self.ledger, reservation_id))
             return
         _protocol.call(policy, "policy", "after_release", "None (it acts on the destination)",
-                       policy.after_release, self.destination, self.ledger.get(reservation_id))
+                       policy.after_release, self.destination, _protocol.ledger_get(self.ledger, reservation_id))
 
     def run_once(self, now: float) -> list[Settlement | Reservation]:
         """One full pass, for the real-clock loop: scan, then probe and settle each."""
         results: list[Settlement | Reservation] = []
-        for reservation in self.ledger.expired(now):
+        for reservation in _protocol.ledger_expired(self.ledger, now):
             scanned = self.scan(reservation.reservation_id, now)
             results.append(scanned)
-        for reservation in self.ledger.reservations():
+        for reservation in _protocol.ledger_reservations(self.ledger):
             if reservation.state is ReservationState.OUTCOME_UNKNOWN:
                 evidence = self.probe(reservation.reservation_id)
                 try:

@@ -13,10 +13,19 @@ A plug-in may raise fence's own errors (``IllegalMove``, ``StaleAttempt``,
 ``CapacityExhausted``, ``WitnessRequired``): they are part of the protocols
 and pass through unchanged. Any other exception is the plug-in breaking its
 protocol, and is reported the same way.
+
+A ledger's answers are checked too, where the world or a janitor receives them
+(``ledger_get`` and its siblings below): a lookup that raises for a reservation
+the ledger made, an ``expired()`` that lists a lease a janitor already claimed,
+an answer that is not a ``fence.Reservation``. fence's own ledgers are not
+checked: a wrong answer from one is a bug in fence, and keeps its traceback
+rather than blaming a plug-in (``fences_own``). The same holds for copies: a
+plug-in that ``copy.deepcopy`` cannot copy is named in one line (``deepcopy``).
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 from typing import Any, Callable
@@ -77,6 +86,202 @@ def register(destination: object, identity: str, key: str) -> Any:
     return returned(destination, "destination", "register", state, (AttemptState, type(None)), REGISTER_MUST)
 
 
+_OWN: dict[type, bool] = {}
+
+
+def fences_own(part: object) -> bool:
+    """Is ``part`` made by fence's own code (its ledgers, destinations, policies), not a plug-in?"""
+    cls = type(part)
+    own = _OWN.get(cls)
+    if own is None:
+        module = cls.__module__
+        own = _OWN[cls] = module == "fence" or module.startswith("fence.")
+    return own
+
+
+# -- a ledger's answers ----------------------------------------------------------------
+# Each helper asks fence's own ledgers directly (the explorer's hot path), and checks
+# a plug-in's answer: one of fence's errors is a refusal and passes, anything else
+# it raises, or an answer of the wrong kind, is its protocol broken.
+def _asked(ledger: object, shown: str, must: str, function: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return function(*args)
+    except FenceError:
+        raise
+    except Exception as error:
+        raise PluginBroken(
+            f"{describe(ledger, 'ledger')}: {shown} raised {type(error).__name__}: {error}; it must return {must}"
+        ) from error
+
+
+def _wrong(ledger: object, shown: str, got: str, must: str) -> PluginBroken:
+    return PluginBroken(f"{describe(ledger, 'ledger')}: {shown} returned {got}; it must return {must}")
+
+
+def _shown(value: Any) -> str:
+    return "None" if value is None else f"{value!r} (a {type(value).__name__})"
+
+
+def _reservations(ledger: object, shown: str, listed: Any, must: str) -> list:
+    from fence._ledger import Reservation
+
+    try:
+        listed = list(listed)
+    except TypeError:
+        raise _wrong(ledger, shown, _shown(listed), must) from None
+    for reservation in listed:
+        if not isinstance(reservation, Reservation):
+            raise _wrong(ledger, shown, f"a list holding {_shown(reservation)}", must)
+    return listed
+
+
+def ledger_get(ledger: object, reservation_id: str) -> Any:
+    """``ledger.get(reservation_id)`` for a reservation the ledger made: its ``fence.Reservation``."""
+    if fences_own(ledger):
+        return ledger.get(reservation_id)
+    from fence._ledger import Reservation
+
+    shown = f"get({reservation_id!r})"
+    must = f"the fence.Reservation {reservation_id!r} that its reserve() made, in its present state"
+    reservation = _asked(ledger, shown, must, ledger.get, reservation_id)
+    if not isinstance(reservation, Reservation) or reservation.reservation_id != reservation_id:
+        raise _wrong(ledger, shown, _shown(reservation), must)
+    return reservation
+
+
+EXPIRED_MUST = "only reservations still reserved whose deadline has passed (a lease a janitor claimed is no longer expired)"
+
+
+def ledger_expired(ledger: object, now: float) -> list:
+    """``ledger.expired(now)``: the leases a janitor may scan, each reserved and past its deadline."""
+    if fences_own(ledger):
+        return ledger.expired(now)
+    from fence._ledger import ReservationState
+
+    shown = f"expired({now!r})"
+    must = f"a list of fence.Reservation, {EXPIRED_MUST}"
+    listed = _reservations(ledger, shown, _asked(ledger, shown, must, ledger.expired, now), must)
+    for reservation in listed:
+        if reservation.state is not ReservationState.RESERVED or not reservation.expired(now):
+            raise PluginBroken(
+                f"{describe(ledger, 'ledger')}: {shown} listed {reservation.reservation_id}, which is "
+                f"{reservation.state.value} with deadline {reservation.deadline!r}; it must list {EXPIRED_MUST}"
+            )
+    return listed
+
+
+def ledger_reservations(ledger: object) -> list:
+    """``ledger.reservations()``: every reservation it made, each a ``fence.Reservation``."""
+    if fences_own(ledger):
+        return ledger.reservations()
+    must = "a list of every fence.Reservation it made"
+    return _reservations(ledger, "reservations()", _asked(ledger, "reservations()", must, ledger.reservations), must)
+
+
+def ledger_free(ledger: object) -> int:
+    """``ledger.free``: the units not held, a whole number."""
+    if fences_own(ledger):
+        return ledger.free
+    must = "a whole number of units (an int)"
+    free = _asked(ledger, "free", must, getattr, ledger, "free")
+    if not isinstance(free, int) or isinstance(free, bool):
+        raise _wrong(ledger, "free", _shown(free), must)
+    return free
+
+
+def ledger_reserve(ledger: object, key: str, owner: str, now: float, lease: float) -> Any:
+    """``ledger.reserve(...)``: a new reservation for that key and owner (or a refusal: one of fence's errors)."""
+    if fences_own(ledger):
+        return ledger.reserve(key, owner, now, lease)
+    from fence._ledger import Reservation, ReservationState
+
+    shown = f"reserve({key!r}, {owner!r}, {now!r}, {lease!r})"
+    must = (f"a new fence.Reservation for key {key!r} and owner {owner!r} in state reserved, "
+            "or raise CapacityExhausted or IllegalMove to refuse")
+    reservation = _asked(ledger, shown, must, ledger.reserve, key, owner, now, lease)
+    if (not isinstance(reservation, Reservation) or reservation.key != key or reservation.owner != owner
+            or reservation.state is not ReservationState.RESERVED):
+        raise _wrong(ledger, shown, _shown(reservation), must)
+    return reservation
+
+
+def ledger_apply(ledger: object, reservation_id: str, move: Any) -> Any:
+    """``ledger.apply(reservation_id, move)``: that reservation after the move (or IllegalMove to refuse).
+
+    The state it reports is not judged here: the observer's mirror judges every
+    accepted move by ``TRANSITIONS``, so a ledger that accepts a forbidden move is
+    a violation found, not a protocol broken.
+    """
+    if fences_own(ledger):
+        return ledger.apply(reservation_id, move)
+    from fence._ledger import Reservation
+
+    shown = f"apply({reservation_id!r}, Move.{move.name})"
+    must = f"the fence.Reservation {reservation_id!r} after the move, or raise IllegalMove to refuse it"
+    moved = _asked(ledger, shown, must, ledger.apply, reservation_id, move)
+    if not isinstance(moved, Reservation) or moved.reservation_id != reservation_id:
+        raise _wrong(ledger, shown, _shown(moved), must)
+    return moved
+
+
+def ledger_owner_move(ledger: object, key: str, owner: str, move: Any) -> Any:
+    """``ledger.owner_move(key, owner, move)``: the key's reservation after the move (or a refusal)."""
+    if fences_own(ledger):
+        return ledger.owner_move(key, owner, move)
+    from fence._ledger import Reservation
+
+    shown = f"owner_move({key!r}, {owner!r}, Move.{move.name})"
+    must = f"the fence.Reservation of key {key!r} after the move, or raise StaleAttempt or IllegalMove to refuse it"
+    moved = _asked(ledger, shown, must, ledger.owner_move, key, owner, move)
+    if not isinstance(moved, Reservation) or moved.key != key:
+        raise _wrong(ledger, shown, _shown(moved), must)
+    return moved
+
+
+def scan_refused(ledger: object, reservation_id: str, now: float, refusal: Exception) -> PluginBroken:
+    """The ledger refused to scan a lease its ``expired()`` had just listed: it contradicts itself."""
+    return PluginBroken(
+        f"{describe(ledger, 'ledger')}: expired({now!r}) listed {reservation_id}, then the scan of it was refused "
+        f"({refusal}); get() and apply() must agree with expired(): a listed lease is reserved, past its "
+        "deadline, and accepts the janitor's expiry move"
+    )
+
+
+# -- copies ----------------------------------------------------------------------------
+COPY_FIX = (
+    "fence copies a plug-in for every run and every state the explorer visits: keep only values "
+    "copy.deepcopy can copy in it (no locks, sockets, open files or clients), or give its class a __deepcopy__"
+)
+
+
+def deepcopy(parts: dict[str, object], memo: dict | None = None) -> dict[str, object]:
+    """``copy.deepcopy(parts, memo)`` of a user's parts (by kind: policy, destination, ledger, evidence).
+
+    A part that cannot be copied is named in one line; to find which, each part
+    is copied alone (only once the copy of all of them failed).
+    """
+    try:
+        return copy.deepcopy(parts, memo)
+    except FenceError:
+        raise
+    except Exception as error:
+        kind, part = next(
+            ((kind, part) for kind, part in parts.items() if not _copies(part)), next(iter(parts.items()))
+        )
+        what = describe(part, kind) if kind != "evidence" else "the evidence a policy's probe() returned"
+        raise PluginBroken(
+            f"{what} cannot be copied: copy.deepcopy raised {type(error).__name__}: {error}; {COPY_FIX}"
+        ) from error
+
+
+def _copies(part: object) -> bool:
+    try:
+        copy.deepcopy(part)
+    except Exception:
+        return False
+    return True
+
+
 _FENCE = str(Path(__file__).resolve().parent)
 
 
@@ -102,8 +307,10 @@ def broken_in(error: BaseException) -> PluginBroken | None:
     """The ``PluginBroken`` that ``error`` is or holds (Hypothesis may group what a run raised).
 
     An exception raised inside a plug-in's own code that no check above caught
-    (a ledger's method, say) is one too, naming the method it came from. None
-    when fence's own code raised it.
+    (a destination's lookup, say) is one too, naming the method it came from,
+    and so is one of fence's own errors raised there, where no protocol took
+    it as an answer. None when fence's own code raised it: a bug in fence, or
+    a refusal fence should have taken, which keeps its traceback.
     """
     if isinstance(error, BaseExceptionGroup):
         for leaf in _leaves(error):
@@ -113,13 +320,19 @@ def broken_in(error: BaseException) -> PluginBroken | None:
         return None
     if isinstance(error, PluginBroken):
         return error
-    if isinstance(error, FenceError):
-        return None
     frame = _plugin_frame(error)
     if frame is None:
         return None
     code = frame.tb_frame.f_code
     where = f"{Path(code.co_filename).name}:{frame.tb_lineno}"
+    if isinstance(error, FenceError):
+        # One of fence's errors that a plug-in raised where no protocol takes it as an
+        # answer (the world would have taken a ledger's refusal): the plug-in's, not fence's.
+        return PluginBroken(
+            f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; fence's "
+            "errors are answers only where a protocol lists them (a ledger's refusals): see the README "
+            "(\"Bring your own\")"
+        )
     return PluginBroken(
         f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; "
         "see its protocol in the README (\"Bring your own\")"

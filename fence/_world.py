@@ -24,7 +24,6 @@ the danger was really visited.
 
 from __future__ import annotations
 
-import copy
 import enum
 from collections import Counter
 from dataclasses import MISSING, asdict, dataclass, fields
@@ -272,7 +271,7 @@ class World:
         ledger_factory: Callable[[int], Ledger] | None = None,
     ) -> None:
         # A user's policy is copied: whatever it keeps, no run sees another run's.
-        self.policy = policy if type(policy) in FENCE_POLICY_TYPES else copy.deepcopy(policy)
+        self.policy = policy if type(policy) in FENCE_POLICY_TYPES else _protocol.deepcopy({"policy": policy})["policy"]
         self.config = config
         make = destination_factory or TicketService
         self.destination: Destination = make(policy.guards)
@@ -385,7 +384,7 @@ class World:
 
     def _can_reserve(self, job: str) -> bool:
         bounded = self.draining or self.attempts_used[job] < self.config.max_attempts
-        return self.ledger.free >= 1 and bounded
+        return _protocol.ledger_free(self.ledger) >= 1 and bounded
 
     def _enabled_reserve(self) -> list[Action]:
         return [Reserve(j) for j in self.jobs if self.attempts_used[j] == 0 and self._can_reserve(j)]
@@ -432,14 +431,14 @@ class World:
     def _enabled_scan(self) -> list[Action]:
         return [
             Scan(j, r.reservation_id)
-            for r in self.ledger.expired(self.now)
+            for r in _protocol.ledger_expired(self.ledger, self.now)
             for j in range(self.config.janitors)
         ]
 
     def _enabled_probe(self) -> list[Action]:
         return [
             Probe(j, r.reservation_id)
-            for r in self.ledger.reservations()
+            for r in _protocol.ledger_reservations(self.ledger)
             if r.state is ReservationState.OUTCOME_UNKNOWN
             for j in range(self.config.janitors)
             if r.reservation_id not in self.evidence[j]
@@ -493,7 +492,7 @@ class World:
         handle = f"{job}#{number}"
         identity = job if self.policy.shared_identity else handle
         try:
-            reservation = self.ledger.reserve(job, identity, self.now, self.config.lease)
+            reservation = _protocol.ledger_reserve(self.ledger, job, identity, self.now, self.config.lease)
         except (CapacityExhausted, IllegalMove) as refusal:
             return refusal
         self.observer.reserved(reservation.reservation_id, job, handle, deadline=self.now + self.config.lease)
@@ -615,7 +614,7 @@ class World:
         attempt.phase = next_phase(attempt.phase, WorkerMove.CONFIRM)
         move = confirm_move(attempt.ack)
         try:
-            changed = self.ledger.owner_move(attempt.key, attempt.identity, move)
+            changed = _protocol.ledger_owner_move(self.ledger, attempt.key, attempt.identity, move)
         except (StaleAttempt, IllegalMove) as refusal:
             return f"{attempt.handle} tries to {move.value}; the ledger refuses: {refusal}", f"worker:{attempt.handle}", "ledger"
         self.observer.owner_move_accepted(attempt.handle, attempt.reservation_id, attempt.key, move)
@@ -644,13 +643,21 @@ class World:
         self.now += action.by
         # Named in one order whatever order the ledger lists them in: the order they were
         # reserved in is not state (the explorer's key sorts it away).
-        expired = sorted(r.reservation_id for r in self.ledger.expired(self.now))
+        expired = sorted(r.reservation_id for r in _protocol.ledger_expired(self.ledger, self.now))
         note = f"; lease of {', '.join(expired)} has expired" if expired else ""
         return f"the clock advances {action.by} tick(s) to t={self.now}{note}", "clock", "clock"
 
     def _do_scan(self, action: Scan):
         janitor = self.janitors[action.janitor]
-        janitor.scan(action.reservation, self.now)
+        try:
+            janitor.scan(action.reservation, self.now)
+        except IllegalMove as refusal:
+            # A scan is taken only right after expired() listed the lease (apply() asks
+            # enabled() anew): fence's own ledger never refuses it, a plug-in that does
+            # contradicts itself.
+            if _protocol.fences_own(self.ledger):
+                raise
+            raise _protocol.scan_refused(self.ledger, action.reservation, self.now, refusal) from refusal
         actor = f"janitor:{action.janitor}"
         mirror = self.observer.moved(action.reservation, janitor.expiry_move, by=actor)
         if mirror.state is ReservationState.UNUSED:
@@ -691,7 +698,7 @@ class World:
             settlement = self.janitors[action.janitor].settle(action.reservation, evidence)
         except IllegalMove:
             self.observer.reach("settle_on_stale_evidence_refused")
-            state = self.ledger.get(action.reservation).state.value
+            state = _protocol.ledger_get(self.ledger, action.reservation).state.value
             return (
                 f"janitor {action.janitor} acts on '{evidence.describe()}', but {action.reservation} "
                 f"is already {state}: the ledger refuses",
@@ -820,7 +827,9 @@ class World:
 
     def _drain_clock_and_janitors(self) -> None:
         """A drain round's second half: the clock to the last deadline, the janitors, the retries."""
-        unexpired = [r.deadline for r in self.ledger.reservations() if r.state is ReservationState.RESERVED]
+        unexpired = [
+            r.deadline for r in _protocol.ledger_reservations(self.ledger) if r.state is ReservationState.RESERVED
+        ]
         if unexpired and max(unexpired) > self.now and not self.network:
             self.apply_unbounded_tick(int(max(unexpired) - self.now))
         # Janitors first finish what they were doing (act on the answers they hold,
@@ -952,7 +961,7 @@ class World:
         observed = ObservedDestination.__new__(ObservedDestination)
         janitors = self.janitors
         memo[id(janitors[0].destination)] = observed
-        copied = copy.deepcopy(users, memo)
+        copied = _protocol.deepcopy(users, memo)
         for name, part in copied.items():
             setattr(other, name, part)
         observed.__init__(other.destination, other.observer)

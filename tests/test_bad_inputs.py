@@ -25,6 +25,8 @@ from fence._cli import main
 REPO = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "plugins_bad"
 PINNED = Path(__file__).resolve().parent / "pinned" / "naive__no_duplicate_writes.json"
+LEVEL_LINE = re.compile(r"(\[explorer\] .+?: )?depth \d+: [\d,]+ distinct states, ")
+"""The explorer's progress line: explore's own, or the one check and verdicts print for it."""
 
 
 def _git_status() -> str | None:
@@ -164,11 +166,42 @@ CASES: dict[str, tuple[list[str], str]] = {
     "register returns text": (["check", "abandon-fenced", "--destination", _plugin("destinations:RegisterReturnsText")],
                               "register() returned 'in flight'"),
     "ledger reserve raises": (["check", "naive", "--ledger", _plugin("ledgers:ReserveRaises")],
-                              "ReserveRaises.reserve() (ledgers.py"),
+                              "ledger (ReserveRaises in ledgers.py): reserve('job1', 'job1#1', 0, 2) raised KeyError: "
+                              "'job1'; it must return a new fence.Reservation"),
     "explore decide returns None": (["explore", "--policy", _plugin("policies:DecideReturnsNone")],
                                     "decide() returned None"),
     "explore commit returns a string": (["explore", "--policy", "naive", "--destination",
                                          _plugin("destinations:CommitReturnsString")], "commit() returned 'ok'"),
+}
+# Plug-ins that break a protocol where the world receives a ledger's answer, or that cannot be
+# copied: the same one line from every command that runs them (issue 24; explore used to print
+# the traceback of fence's own IllegalMove). verdicts takes a policy only.
+BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
+    "ledger expired() lists claimed leases": (
+        ["abandon-fenced", "--ledger", _plugin("ledgers:ExpiredListsClaimed")],
+        "ledger (ExpiredListsClaimed in ledgers.py): expired(2) listed job1/r1, which is "),
+    "ledger refuses a scan its expired() listed": (
+        ["abandon-fenced", "--ledger", _plugin("ledgers:ExpiredFromStaleCache")],
+        "then the scan of it was refused"),
+    "ledger get() raises KeyError": (
+        ["naive", "--ledger", _plugin("ledgers:GetByJob")],
+        "ledger (GetByJob in ledgers.py): get('job1/r1') raised KeyError: 'job1'; it must return the fence.Reservation"),
+    "destination cannot be copied": (
+        ["naive", "--destination", _plugin("destinations:CannotBeCopied")],
+        "destination (CannotBeCopied in destinations.py) cannot be copied: copy.deepcopy raised TypeError"),
+    "policy cannot be copied": (
+        [_plugin("policies:CannotBeCopied")],
+        "policy 'cannot-be-copied' (CannotBeCopied in policies.py) cannot be copied: copy.deepcopy raised TypeError"),
+    "policy raises fence's own error": (
+        [_plugin("policies:ProbeRaisesStaleAttempt")],
+        "ProbeRaisesStaleAttempt.probe() (policies.py:"),
+}
+for _name, ([_policy, *_plugins], _needle) in BROKEN_EVERYWHERE.items():
+    CASES[f"check {_name}"] = (["check", _policy, *_plugins], _needle)
+    CASES[f"explore {_name}"] = (["explore", "--policy", _policy, *_plugins], _needle)
+    if not _plugins:
+        CASES[f"verdicts {_name}"] = (["verdicts", "--policy", _policy], _needle)
+CASES |= {
     # -- explore
     "explore capacity 0": (["explore", "--capacity", "0"], "must be at least 1"),
     "explore share-levels unknown": (["explore", "--share-levels", "never"], "invalid choice: 'never'"),
@@ -257,8 +290,8 @@ def test_bad_input_is_one_line_exit_2_and_the_checkout_is_unchanged(name, files,
     argv = [a.format(**files) for a in argv]
     needle = needle.format(**files)
     if name in ENGINES_RUN:
-        argv += ["--out", str(files["out"]), *(["--workers", "1"] if argv[0] in ("check", "explore") else [])]
-        if argv[0] == "check":
+        argv += ["--out", str(files["out"]), "--workers", "1"]
+        if argv[0] in ("check", "verdicts"):
             argv += ["--profile", "quick"]
     monkeypatch.chdir(tmp_path if name in OUTSIDE_A_CHECKOUT else REPO)
     try:
@@ -266,9 +299,9 @@ def test_bad_input_is_one_line_exit_2_and_the_checkout_is_unchanged(name, files,
     except SystemExit as stop:  # argparse's usage errors
         status = stop.code
     out, err = capsys.readouterr()
-    # A walk's progress lines ("depth N: ...") may come before a plug-in breaks its protocol
-    # deep in it; the problem itself is still one line.
-    lines = [line for line in err.strip().splitlines() if not re.match(r"depth \d+: ", line)]
+    # A walk's progress lines ("depth N: ...", in check and verdicts "[explorer] POLICY: depth N: ...")
+    # may come before a plug-in breaks its protocol deep in it; the problem itself is still one line.
+    lines = [line for line in err.strip().splitlines() if not LEVEL_LINE.match(line)]
     assert status == 2, f"exit {status}, stderr: {err}"
     assert len(lines) == 1, f"not one line:\n{err}"
     assert lines[0].startswith("fence: ") and needle in lines[0], lines[0]
@@ -278,6 +311,37 @@ def test_bad_input_is_one_line_exit_2_and_the_checkout_is_unchanged(name, files,
     if files["out"].exists():  # made by the up-front check of --out, and then left empty
         assert list(files["out"].iterdir()) == [], list(files["out"].iterdir())
     assert _git_status() == status_before
+
+
+@pytest.mark.parametrize("name, engine", [
+    (name, engine) for name in BROKEN_EVERYWHERE for engine in ("hypothesis", "explorer")
+    # Hypothesis never copies a destination: only the explorer has to.
+    if not (engine == "hypothesis" and name == "destination cannot be copied")
+])
+def test_each_engine_alone_names_the_broken_plugin(name, engine):
+    """Hypothesis and the explorer, each on its own, stop with the plug-in's one line, not fence's error."""
+    from fence._errors import PluginBroken
+    from fence._explore import explore
+    from fence._plugins import load_destination, load_ledger, load_policy
+    from fence._protocol import broken_in
+    from fence._verdicts import profile_settings, survey_config
+    from fence._world import ModelConfig
+
+    [policy, *plugins], needle = BROKEN_EVERYWHERE[name]
+    named = dict(zip(plugins[::2], plugins[1::2]))
+    parts = {
+        "destination_factory": load_destination(named["--destination"]) if "--destination" in named else None,
+        "ledger_factory": load_ledger(named["--ledger"]) if "--ledger" in named else None,
+    }
+    if engine == "hypothesis":
+        with pytest.raises(PluginBroken) as raised:
+            survey_config(load_policy(policy), ModelConfig(), run_settings=profile_settings(60, 25), **parts)
+        said = str(raised.value)
+    else:
+        with pytest.raises(Exception) as raised:
+            explore(load_policy(policy), ModelConfig(horizon=3), **parts)
+        said = str(broken_in(raised.value))  # as the command line and fence check turn it
+    assert needle in said, said
 
 
 def test_a_policy_name_cannot_write_outside_out(tmp_path):
@@ -323,6 +387,8 @@ def test_ctrl_c_is_one_line_exit_130_and_no_partial_file(argv, first, tmp_path):
     try:
         if first is not None:
             line = process.stderr.readline()  # the run is under way: a progress line
+            while line.startswith("[explorer] ") and LEVEL_LINE.match(line):  # verdicts: the explorer's may come first
+                line = process.stderr.readline()
             assert line.startswith(first), line
         else:
             line = process.stdout.readline()  # experiments: the first trial's line

@@ -108,3 +108,55 @@ def test_a_closed_pipe_is_quiet():
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.returncode == 141, "an unread verdict must not look like a pass (0)"
+
+
+# -- progress on stderr: lines counted and ordered, never timed -----------------------------
+def _in_process(argv, capsys):
+    """``fence ARGV`` in this process (fast), with its exit status, stdout and stderr lines."""
+    from fence._cli import main
+
+    status = main(argv)
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+def test_explore_json_prints_its_levels_on_stderr_and_only_json_on_stdout(tmp_path, capsys):
+    """``fence explore --json``: stdout parses as JSON; stderr has one line per level, depth 1, 2, ... in order."""
+    import json
+
+    status, out, err = _in_process(["explore", "--policy", "naive", "--horizon", "2", "--json", "--out", str(tmp_path)],
+                                   capsys)
+    assert status == 1  # naive is violated
+    found = json.loads(out)
+    depths = [int(line.split()[1].rstrip(":")) for line in err if line.startswith("depth ")]
+    assert depths == list(range(1, len(depths) + 1)) and len(depths) >= 2, err
+    assert found["depth"] == depths[-1], (found["depth"], err)
+
+
+@pytest.mark.parametrize("command", ["check", "verdicts"])
+def test_check_and_verdicts_print_the_explorers_first_level_before_its_task_line(command, tmp_path, capsys):
+    """check and verdicts print ``[explorer] POLICY at BOUND: depth 1: ...`` while the explorer walks, before its task line."""
+    argv = ["check", "naive"] if command == "check" else ["verdicts", "--policy", "naive", "--no-shortest"]
+    status, _, err = _in_process([*argv, "--profile", "quick", "--workers", "1", "--out", str(tmp_path)], capsys)
+    assert status == (1 if command == "check" else 0), err  # check: naive is violated; verdicts: as expected
+    levels = [n for n, line in enumerate(err) if line.startswith("[explorer] naive at 1x1x3:3: depth ")]
+    task = next(n for n, line in enumerate(err) if line.startswith("[1/") and ", explorer, " in line)
+    assert levels and levels[0] < task, err
+    assert err[levels[0]].startswith("[explorer] naive at 1x1x3:3: depth 1: "), err
+
+
+@pytest.mark.parametrize("every", [1e9, 0.0], ids=["longer-than-the-run", "zero"])
+def test_check_prints_the_first_level_then_at_most_one_line_per_interval(every, tmp_path, capsys, monkeypatch):
+    """LEVEL_LINE_EVERY longer than the run: depth 1 only, per bound; zero: every level, 1, 2, ... in order."""
+    from fence import _checking
+
+    monkeypatch.setattr(_checking, "LEVEL_LINE_EVERY", every)
+    status, _, err = _in_process(["check", "naive", "--profile", "quick", "--workers", "1", "--out", str(tmp_path)],
+                                 capsys)
+    assert status == 1, err
+    for bound in ("1x1x3:3", "1x1x3:4", "2x2x2:2"):  # fence check's bounds, walked in this order
+        printed = [line.split(": ")[1] for line in err if line.startswith(f"[explorer] naive at {bound}: ")]
+        if every:
+            assert printed == ["depth 1"], err
+        else:
+            assert printed == [f"depth {n}" for n in range(1, len(printed) + 1)] and len(printed) > 1, err

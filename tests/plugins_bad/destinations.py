@@ -1,5 +1,7 @@
 """Destination factories that break the destination protocol."""
 
+import threading
+
 from fence import CommitResult, TicketService
 
 
@@ -39,3 +41,11 @@ class Incomplete:
 
 
 NOT_CALLABLE = 42
+
+
+class CannotBeCopied(TicketService):
+    """Holds a lock, which copy.deepcopy cannot copy (the explorer copies every state)."""
+
+    def __init__(self, guards):
+        super().__init__(guards)
+        self.lock = threading.Lock()

@@ -1,8 +1,9 @@
 """Janitor policies that break the policy protocol (README, "Bring your own")."""
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
-from fence import Decision, Evidence, Policy
+from fence import Decision, Evidence, Policy, StaleAttempt
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,24 @@ class AfterReleaseRaises(Policy):
 
     def after_release(self, destination, reservation):
         raise ValueError("cannot abandon")
+
+
+@dataclass(frozen=True)
+class ProbeRaisesStaleAttempt(Policy):
+    """Raises one of fence's own errors where no protocol takes it as an answer."""
+
+    name: str = "probe-raises-stale-attempt"
+
+    def probe(self, destination, reservation):
+        raise StaleAttempt(f"{reservation.reservation_id} is not mine to ask about")
+
+
+@dataclass(frozen=True)
+class CannotBeCopied(Policy):
+    """Holds a lock, which copy.deepcopy cannot copy (fence copies a user's policy for every run)."""
+
+    name: str = "cannot-be-copied"
+    lock: object = field(default_factory=threading.Lock)
 
 
 class ForgotDataclass(Policy):
