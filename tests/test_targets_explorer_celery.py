@@ -22,6 +22,8 @@ import os
 import pytest
 
 from fence._explore import Outcome
+from fence._policies import POLICIES
+from fence._world import ModelConfig, Reserve, Scan, Tick, World
 from fence.targets import TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
@@ -124,3 +126,32 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, celery
     assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
     assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
     assert found.outcome() is not Outcome.PROVED
+
+
+# -- two jobs ----------------------------------------------------------------------------------
+def test_a_copys_restore_after_a_load_restores_the_delivery_it_names(shipped, celery_module):
+    """Regression: with two deliveries past their lease in one tick, a copy's scan restored the other one.
+
+    Found at 2 units x 2 jobs by the FaithfulnessCheck's replays (a BackendError, "restore_visible
+    restored [...], not [...]"): the copy paged restore_visible by a read made before its image was
+    loaded, and a load writes a tick's delivery times as one score, which Redis ranks by tag where
+    the read had ranked them by the instants they were taken at. Fresh worlds are tried until the
+    tags rank the other way round from the instants (each try: an even chance).
+    """
+    config = ModelConfig(capacity=2, jobs=2, max_attempts=2, horizon=2)
+    for _ in range(40):
+        world = World(POLICIES["naive"], config, shipped.destination_factory, shipped.ledger_factory)
+        for action in [Reserve("job1"), Reserve("job2"), Tick(2)]:
+            world.apply(action)
+        assert {r.reservation_id for r in world.ledger.expired(world.now)} == {"job1/r1", "job2/r1"}
+        first, second = (world.ledger.delivery_of(rid)[0] for rid in ("job1/r1", "job2/r1"))
+        if first > second:  # taken first, ranked first by tag: a load turns the read's order round
+            break
+    else:
+        pytest.fail("40 fresh worlds, and the first delivery's tag never ranked above the second's")
+    copy = world.clone()
+    world.apply(Scan(0, "job1/r1"))  # the original changes the database: the copy must load its image
+    said = copy.apply(Scan(0, "job2/r1")).sentence
+    assert copy.ledger.get("job2/r1").state.value == "unused", said
+    assert copy.ledger.get("job1/r1").state.value == "reserved"
+    assert world.ledger.get("job1/r1").state.value == "unused" and world.ledger.get("job2/r1").state.value == "reserved"
