@@ -155,3 +155,37 @@ def test_a_copys_restore_after_a_load_restores_the_delivery_it_names(shipped, ce
     assert copy.ledger.get("job2/r1").state.value == "unused", said
     assert copy.ledger.get("job1/r1").state.value == "reserved"
     assert world.ledger.get("job1/r1").state.value == "unused" and world.ledger.get("job2/r1").state.value == "reserved"
+
+
+def test_the_deep_profile_walks_two_jobs_after_the_proof_and_checks_every_depth_it_finishes(redis_url, celery_module):
+    """judge_target's deeper walk (fence targets --profile deep): recorded apart, cut by its budget, faithful, the proof kept."""
+    from fence._verdicts import Verdict, profile_settings
+    from fence.targets import EXPLORER_DEEP_BOUND, judge_target
+
+    found = judge_target(TARGETS["celery+guard"], redis_url, configs=[ModelConfig(capacity=1, jobs=1)],
+                         run_settings=profile_settings(5, 10), faithfulness=FAITHFULNESS,
+                         deeper=(EXPLORER_DEEP_BOUND,), deeper_budget=2)
+    walk, = found.deeper
+    assert walk.config == EXPLORER_DEEP_BOUND and walk.stopped_by == "time_budget" and not walk.exhausted
+    assert walk.unfaithful is None and walk.faithfulness_checks > 0 and walk.depth > 0
+    assert {cell.verdict for cell in found.report.cells.values()} == {Verdict.PROVED}  # the first bound's proof
+    assert found.report.exploration.config.jobs == 1 and found.report.exploration.exhausted
+
+
+@pytest.mark.slow
+def test_a_violation_the_deeper_walk_finds_becomes_its_cell(shipped, redis_url):
+    """A cell Hypothesis left not-found is violated by what the walk at 2x2x2 found, with that walk's counterexample."""
+    from fence._invariants import BY_NAME
+    from fence._verdicts import Verdict, profile_settings
+    from fence.targets import EXPLORER_DEEP_BOUND, _with_violations, judge_target
+
+    duplicate = BY_NAME["no_duplicate_writes"]
+    report = judge_target(TARGETS["celery"], redis_url, configs=[ModelConfig(capacity=1, jobs=1)],
+                          run_settings=profile_settings(1, 5), explore=False).report
+    assert report.cells[duplicate.name].verdict is not Verdict.VIOLATED  # one run of five steps: too short
+    walk = explore_target(TARGETS["celery"], shipped, EXPLORER_DEEP_BOUND, invariants=(duplicate,),
+                          stop_when_all_violated=True, faithfulness=FAITHFULNESS)
+    _with_violations(report, walk)
+    cell = report.cells[duplicate.name]
+    assert cell.verdict is Verdict.VIOLATED and cell.counterexample.config == EXPLORER_DEEP_BOUND
+    assert "within 2 unit(s), 2 job(s)" in cell.detail
