@@ -503,16 +503,24 @@ class FaithfulnessCheck:
     walk stops: ``Exploration.unfaithful`` says why, and no invariant is proved.
 
     Which transitions: a quarter of each budget goes to the walk's first
-    transitions (a fault near the root stops the walk early), the rest to a
-    uniform sample of all the others, drawn as the walk goes (reservoir
-    sampling, seeded, so a run repeats) and checked when it ends (``finish``).
-    Breadth first, the first transitions are all shallow; a fault that shows
-    only deep in the walk (a third attempt, a late clock) is as likely to be
-    sampled as any other.
+    transitions (a fault near the root stops the walk early); up to half goes
+    to the depths after them, ``DEPTH_NEW_STATES`` and ``DEPTH_MERGES`` per
+    depth, drawn uniformly among that depth's transitions and checked as soon
+    as the walk has left it; the rest to a uniform sample of all the others,
+    drawn as the walk goes (reservoir sampling, seeded, so a run repeats) and
+    checked when it ends (``finish``). Breadth first, the first transitions
+    are all shallow; a fault that shows only deep in the walk (a third
+    attempt, a late clock, a second job's row) is checked at its depth while
+    the walk goes on, so it stops a walk that is cut short too (a time budget:
+    on a real server, a walk at 2 units x 2 jobs), which never reaches
+    ``finish``. The budget is not exceeded: a walk with enough transitions
+    makes exactly ``NEW_STATES + MERGES`` checks by its end.
     """
 
     NEW_STATES = 200
     MERGES = 400
+    DEPTH_NEW_STATES = 1
+    DEPTH_MERGES = 2
     STEPS = 8
     WALKS = 2
 
@@ -528,24 +536,43 @@ class FaithfulnessCheck:
         self._sampler = random.Random(1)
         self._sampled_new: list[tuple[int, tuple[int, Action, World]]] = []
         self._sampled_merges: list[tuple[int, tuple[int, Action, int]]] = []
+        # Per depth: breadth first, the depth being expanded has its nodes numbered below
+        # ``_next_depth_from``, and the next depth's are numbered from there on (each after
+        # this is told of the transition that found it).
+        self._next_depth_from = 0
+        self._depth_sampler = random.Random(2)  # its own, so that the reservoir above draws as it did
+        self._depth_new: list[tuple[int, tuple[int, Action, World]]] = []
+        self._depth_merges: list[tuple[int, tuple[int, Action, int]]] = []
+        self._depth_seen = [0, 0]
+        self._depth_spent = [0, 0]
+        """Checks made at their depth so far, of new states and of merges: at most half of each budget."""
+        self._checked_by_depth: set[tuple[str, int]] = set()
+        """The sampled transitions checked at their depth already, by kind and the walk's number for them."""
 
     def after_transition(self, node: int, action: Action, child: World, seen_as: int | None) -> None:
+        if node >= self._next_depth_from:  # the first transition out of the next depth
+            self._check_depth()
+            self._next_depth_from = len(self.parents)
         if seen_as is None:
             self.new_states += 1
             if self.new_states <= self.NEW_STATES // 4:
                 self._check_new(node, action, child)
             else:
                 # The walk never changes a world it has made (each step is taken on a
-                # copy), so the child can wait here to be checked at the end.
-                self._sample(self._sampled_new, self.NEW_STATES - self.NEW_STATES // 4,
-                             self.new_states, (node, action, child))
+                # copy), so the child can wait here to be checked later.
+                item = (node, action, child)
+                self._sample(self._sampled_new, self.NEW_STATES - self.NEW_STATES // 4, self.new_states, item)
+                self._depth_seen[0] += 1
+                self._draw(self._depth_new, self.DEPTH_NEW_STATES, self._depth_seen[0], (self.new_states, item))
         else:
             self.merges += 1
             if self.merges <= self.MERGES // 4:
                 self._check_merge(node, action, seen_as)
             else:
-                self._sample(self._sampled_merges, self.MERGES - self.MERGES // 4,
-                             self.merges, (node, action, seen_as))
+                item = (node, action, seen_as)
+                self._sample(self._sampled_merges, self.MERGES - self.MERGES // 4, self.merges, item)
+                self._depth_seen[1] += 1
+                self._draw(self._depth_merges, self.DEPTH_MERGES, self._depth_seen[1], (self.merges, item))
 
     def _sample(self, reservoir: list, size: int, seen: int, item: tuple) -> None:
         """Keep ``item`` with the chance that leaves each candidate so far equally likely to be kept."""
@@ -558,11 +585,39 @@ class FaithfulnessCheck:
         if slot < size:
             reservoir[slot] = (seen, item)
 
-    def finish(self) -> None:
-        """Check the sampled transitions, in the order the walk took them."""
-        for _, (node, action, child) in sorted(self._sampled_new, key=lambda entry: entry[0]):
+    def _draw(self, drawn: list, size: int, seen: int, entry: tuple) -> None:
+        """``_sample`` for one depth, with its own random numbers."""
+        if len(drawn) < size:
+            drawn.append(entry)
+        elif (slot := self._depth_sampler.randrange(seen)) < size:
+            drawn[slot] = entry
+
+    def _check_depth(self) -> None:
+        """Check what was drawn at the depth the walk has just left (while the budget for depths lasts)."""
+        new, merges = self._depth_new, self._depth_merges
+        self._depth_new, self._depth_merges, self._depth_seen = [], [], [0, 0]
+        new = sorted(new, key=lambda entry: entry[0])[:max(0, self.NEW_STATES // 2 - self._depth_spent[0])]
+        merges = sorted(merges, key=lambda entry: entry[0])[:max(0, self.MERGES // 2 - self._depth_spent[1])]
+        self._depth_spent[0] += len(new)
+        self._depth_spent[1] += len(merges)
+        for seen, (node, action, child) in new:
+            self._checked_by_depth.add(("new", seen))
             self._check_new(node, action, child)
-        for _, (node, action, seen_as) in sorted(self._sampled_merges, key=lambda entry: entry[0]):
+        for seen, (node, action, seen_as) in merges:
+            self._checked_by_depth.add(("merge", seen))
+            self._check_merge(node, action, seen_as)
+
+    def finish(self) -> None:
+        """Check the last depth's draw, then what the budget leaves of the sample, in the order the walk took them."""
+        self._check_depth()
+        spent_new, spent_merges = self._depth_spent
+        new = [e for e in self._sampled_new if ("new", e[0]) not in self._checked_by_depth]
+        merges = [e for e in self._sampled_merges if ("merge", e[0]) not in self._checked_by_depth]
+        new = self._sampler.sample(new, min(len(new), max(0, len(self._sampled_new) - spent_new)))
+        merges = self._sampler.sample(merges, min(len(merges), max(0, len(self._sampled_merges) - spent_merges)))
+        for _, (node, action, child) in sorted(new, key=lambda entry: entry[0]):
+            self._check_new(node, action, child)
+        for _, (node, action, seen_as) in sorted(merges, key=lambda entry: entry[0]):
             self._check_merge(node, action, seen_as)
         self._sampled_new, self._sampled_merges = [], []
 

@@ -4,7 +4,9 @@ Prints a matrix like ``fence verdicts``, one row per target (``fence.targets.TAR
 each judged on the real system by both engines, the one observer and the seven
 invariants: the Hypothesis machines at the profile's configurations, then the
 exhaustive explorer at ``fence.targets.EXPLORER_BOUND``, combined per cell as
-``fence check`` combines them. Under it, per row: the model policy it claims,
+``fence check`` combines them; with ``--profile deep``, then the explorer at 2
+units x 2 jobs x 2 attempts (``EXPLORER_DEEP_BOUND``) for at most
+``--explorer-budget`` seconds a row, whose violations join the cells. Under it, per row: the model policy it claims,
 how it recovers, how time was moved; what the explorer did (states,
 transitions, faithfulness checks, dangers reached) and each engine's own word;
 the shortest counterexample of each violated row, replayed once more on a
@@ -15,7 +17,8 @@ Exit status: 0 when every guarded row is proved or not-found, having reached
 every danger, and every counterexample and lockstep finding replayed on a
 fresh database; 1 when a guarded row is violated (or the engines disagree), or
 something found did not replay; 2 for bad input (one line); 3 when a guarded
-row is undetermined (a danger never reached, a budget ran out).
+row is undetermined (a danger never reached, a budget ran out, or a walk
+beyond the first bound found the plug-ins cannot be explored faithfully).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fence._arguments import positive_seconds
 from fence._output import command_line, in_evidence, writable_file
 from fence._evidence import header, write_atomically
 from fence._invariants import BY_NAME, INVARIANTS, required_dangers
@@ -36,11 +40,13 @@ from fence._world import ModelConfig, World
 
 PROFILES = {
     # name: (Hypothesis examples per configuration, steps per example, configurations)
-    # The explorer runs at fence.targets.EXPLORER_BOUND in every profile; the profile sets
-    # how many of its states and merges the FaithfulnessCheck replays (EXPLORER_FAITHFULNESS).
+    # The explorer runs at fence.targets.EXPLORER_BOUND in every profile, and "deep" walks
+    # EXPLORER_DEEP_BOUND after it (EXPLORER_BOUNDS); the profile sets how many of its states
+    # and merges the FaithfulnessCheck replays (EXPLORER_FAITHFULNESS).
     "quick": (40, 30, (ModelConfig(capacity=1, jobs=1),)),
     "default": (150, 30, DEFAULT_CONFIGS),
     "thorough": (600, 40, DEFAULT_CONFIGS),
+    "deep": (150, 30, DEFAULT_CONFIGS),
 }
 EVIDENCE = Path("evidence/targets.txt")
 
@@ -51,7 +57,11 @@ def arguments(parser) -> None:
     parser.add_argument("--row", action="append", choices=list(TARGETS),
                         help="judge only this row (repeatable; default: every row)")
     parser.add_argument("--profile", choices=PROFILES, default="default",
-                        help="search effort: quick (40 examples, 1 unit x 1 job), default (150 at 1x1 and 2x2), thorough")
+                        help="search effort: quick (40 examples, 1 unit x 1 job), default (150 at 1x1 and 2x2), thorough; "
+                        "deep: default, then the explorer at 2 units x 2 jobs x 2 attempts too")
+    parser.add_argument("--explorer-budget", type=positive_seconds, metavar="SECONDS",
+                        help="with --profile deep: seconds each row's walk at 2 units x 2 jobs may take "
+                        "(default: fence.targets.EXPLORER_DEEP_BUDGET, 1800)")
     parser.add_argument("--postgres", metavar="URL",
                         help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
                         "started and stopped with the project's scripts/postgres.sh)")
@@ -65,7 +75,8 @@ def arguments(parser) -> None:
 
 
 def cmd_targets(args) -> int:
-    from fence.targets import EXPLORER_FAITHFULNESS, TARGETS, judge_target, postgres, redis
+    from fence.targets import (EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, EXPLORER_FAITHFULNESS, TARGETS, judge_target,
+                               postgres, redis)
 
     # Checked before the work (fence._output): a report that cannot be written is one line now.
     written = in_evidence(EVIDENCE) if args.record else args.report
@@ -88,11 +99,16 @@ def cmd_targets(args) -> int:
                 print(f"{name}: {private if ours else urls[target.server]}", file=sys.stderr)
             url = urls[target.server]
             engines = "the machines, then the explorer," if target.explorable else "the machines"
+            for bound in EXPLORER_BOUNDS[args.profile][1:] if target.explorable else ():
+                engines += (f" then at {bound.capacity}x{bound.jobs}x{bound.max_attempts} for at most "
+                            f"{args.explorer_budget or EXPLORER_DEEP_BUDGET:.0f} s,")
             print(f"[{index}/{len(rows)}] {target.row}: {engines} on the real system...", end="", file=sys.stderr,
                   flush=True)
             try:
                 report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps),
-                                      faithfulness=EXPLORER_FAITHFULNESS[args.profile])
+                                      faithfulness=EXPLORER_FAITHFULNESS[args.profile],
+                                      deeper=EXPLORER_BOUNDS[args.profile][1:],
+                                      deeper_budget=args.explorer_budget or EXPLORER_DEEP_BUDGET)
                 replays = _replay_findings(target, url, report)
                 versions = _versions(target, url)
             except BaseException:
@@ -156,7 +172,7 @@ def _config_of(found, difference) -> ModelConfig:
 def _render(found, args, examples: int, configs, seconds: float) -> str:
     from fence._checking import table
 
-    from fence.targets import EXPLORER_BOUND
+    from fence.targets import EXPLORER_BOUND, EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET
 
     reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
     versions = {name: value for _, _, v in found for name, value in v.items()}
@@ -164,7 +180,11 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
     lines.append(
         f"Profile {args.profile}: {examples} Hypothesis examples per configuration "
         f"({'; '.join(c.describe() for c in configs)}), derandomised; then the explorer at "
-        f"{EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, on the same database; {seconds:.0f} s. "
+        f"{EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, on the same database"
+        + "".join(f"; then at {bound.describe()}, horizon {bound.horizon}, for at most "
+                  f"{args.explorer_budget or EXPLORER_DEEP_BUDGET:.0f} s a row"
+                  for bound in EXPLORER_BOUNDS[args.profile][1:])
+        + f"; {seconds:.0f} s. "
         + ", ".join(f"{name} {value}" for name, value in versions.items())
     )
     for report, replays, _ in found:
@@ -178,6 +198,9 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
             lines.append("   Hypothesis alone: " + " ".join(hypothesis[inv.name].value for inv in INVARIANTS)
                          + "; the explorer alone: " + " ".join(explored.results[inv.name].outcome.value
                                                                 for inv in INVARIANTS))
+        for walk in report.deeper:
+            bound = walk.config
+            lines.append(f"   explorer at {bound.capacity}x{bound.jobs}x{bound.max_attempts}: {_explorer_line(walk)}")
         reached = {}
         for counts in report.report.reached.values():
             for name, n in counts.items():
@@ -218,7 +241,7 @@ def _explorer_line(found) -> str:
     elif found.unfaithful:
         scope = f"STOPPED, the plug-ins cannot be explored faithfully: {found.unfaithful}"
     else:
-        scope = f"NOT exhausted ({found.stopped_by or 'a depth bound'})"
+        scope = f"NOT exhausted ({found.stopped_by or 'a depth bound'}; every depth to {found.depth} finished)"
     dangers = ", ".join(f"{d.name} {found.reached[d.name]}" for d in required_dangers(found.policy))
     return (f"{found.outcome().value} within {describe_bounds(found)}: {found.states} states, "
             f"{found.transitions} transitions, {found.seconds:.0f} s, {scope}; "
@@ -235,6 +258,7 @@ def _status(found) -> int:
             verdicts = {cell.verdict for cell in report.report.cells.values()}
             if verdicts & {Verdict.VIOLATED, Verdict.ERROR, Verdict.DISAGREE} or report.lockstep_findings:
                 status = 1
-            elif not verdicts <= {Verdict.PROVED, Verdict.NOT_FOUND} and status == 0:
+            elif (not verdicts <= {Verdict.PROVED, Verdict.NOT_FOUND}
+                  or any(walk.unfaithful for walk in report.deeper)) and status == 0:
                 status = 3
     return status

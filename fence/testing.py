@@ -275,12 +275,14 @@ def check_target(
     storage can be restored (``Target.explorable``) and unless ``explore`` is
     False, the explorer at ``fence.targets.EXPLORER_BOUND``: a guarded row can
     then be ``assert_proved`` within that bound; by the machines alone it is
-    ``assert_not_found`` at best. ``lockstep_findings`` lists where the system
+    ``assert_not_found`` at best (``profile="deep"`` walks 2 units x 2 jobs x 2 attempts
+    after it, for ``fence.targets.EXPLORER_DEEP_BUDGET`` seconds: what it finds is found, and
+    it proves nothing more). ``lockstep_findings`` lists where the system
     moved differently from the model policy it claims.
     """
     from fence._targets_cli import PROFILES as TARGET_PROFILES
     from fence._verdicts import profile_settings
-    from fence.targets import EXPLORER_FAITHFULNESS, TARGETS, judge_target
+    from fence.targets import EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, TARGETS, judge_target
 
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
@@ -290,7 +292,7 @@ def check_target(
         row = TARGETS[row]
     examples, steps, configs = TARGET_PROFILES[profile]
     found = judge_target(row, url, configs=configs, run_settings=profile_settings(examples, steps), explore=explore,
-                         faithfulness=EXPLORER_FAITHFULNESS[profile])
+                         faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:])
     directory = _directory(out)
     written = write_counterexamples([found.report], directory)
     return Checked(found.report, directory, written, found.lockstep_findings)

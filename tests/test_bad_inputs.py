@@ -94,6 +94,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "unknown command": (["frobnicate"], "invalid choice: 'frobnicate'"),
     "abbreviated option": (["explore", "--max-s", "5"], "unrecognized arguments: --max-s"),
     # -- verdicts
+    "targets explorer budget 0": (["targets", "--profile", "deep", "--explorer-budget", "0"], "--explorer-budget"),
     "verdicts capacity 0": (["verdicts", "--capacity", "0"], "must be at least 1"),
     "verdicts capacity text": (["verdicts", "--capacity", "two"], "must be a whole number, got 'two'"),
     "verdicts capacity huge": (["verdicts", "--capacity", "1000000"], "must be at most 100"),

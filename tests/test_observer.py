@@ -221,6 +221,34 @@ def test_a_snapshot_fault_deep_in_the_walk_is_sampled_and_caught():
     assert all(item.outcome.value != "proved" for item in found.results.values())
 
 
+class CopiesPlainly(TicketService):
+    """fence's own destination under another name: the walk takes the generic path, and every check passes."""
+
+
+def test_a_walk_cut_short_is_checked_at_every_depth_it_finished(monkeypatch):
+    """A walk stopped by a budget (as on a real server at 2 units x 2 jobs) never reaches the check's end.
+
+    Its checks once all fell on its first transitions (depths 1 to 4 here);
+    each depth it finished now has some of its own.
+    """
+    from fence._explore import FaithfulnessCheck
+
+    depths: list[int] = []
+    for name in ("_check_new", "_check_merge"):
+        checked = getattr(FaithfulnessCheck, name)
+
+        def spy(self, node, action, reached, checked=checked):
+            depths.append(len(self._path_to(node)) + 1)
+            return checked(self, node, action, reached)
+
+        monkeypatch.setattr(FaithfulnessCheck, name, spy)
+    found = explore(POLICIES["abandon-fenced"], EXPLORER_BOUND, destination_factory=CopiesPlainly,
+                    faithfulness=(20, 40), max_states=2000)
+    assert found.stopped_by == "max_states" and found.unfaithful is None and found.depth > 6
+    assert sorted(set(depths)) == list(range(1, found.depth + 1))
+    assert found.faithfulness_checks == len(depths) <= 20 + 40
+
+
 class ForgetsItsWitnessWhenCopied(TicketService):
     """A deep copy keeps the tickets but loses every attempt's witness entry (abandoned ones too)."""
 

@@ -22,6 +22,8 @@ import os
 import pytest
 
 from fence._explore import Outcome
+from fence._policies import POLICIES
+from fence._world import ModelConfig, Reserve, Scan, Tick, World
 from fence.targets import TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
@@ -124,3 +126,66 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, celery
     assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
     assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
     assert found.outcome() is not Outcome.PROVED
+
+
+# -- two jobs ----------------------------------------------------------------------------------
+def test_a_copys_restore_after_a_load_restores_the_delivery_it_names(shipped, celery_module):
+    """Regression: with two deliveries past their lease in one tick, a copy's scan restored the other one.
+
+    Found at 2 units x 2 jobs by the FaithfulnessCheck's replays (a BackendError, "restore_visible
+    restored [...], not [...]"): the copy paged restore_visible by a read made before its image was
+    loaded, and a load writes a tick's delivery times as one score, which Redis ranks by tag where
+    the read had ranked them by the instants they were taken at. Fresh worlds are tried until the
+    tags rank the other way round from the instants (each try: an even chance).
+    """
+    config = ModelConfig(capacity=2, jobs=2, max_attempts=2, horizon=2)
+    for _ in range(40):
+        world = World(POLICIES["naive"], config, shipped.destination_factory, shipped.ledger_factory)
+        for action in [Reserve("job1"), Reserve("job2"), Tick(2)]:
+            world.apply(action)
+        assert {r.reservation_id for r in world.ledger.expired(world.now)} == {"job1/r1", "job2/r1"}
+        first, second = (world.ledger.delivery_of(rid)[0] for rid in ("job1/r1", "job2/r1"))
+        if first > second:  # taken first, ranked first by tag: a load turns the read's order round
+            break
+    else:
+        pytest.fail("40 fresh worlds, and the first delivery's tag never ranked above the second's")
+    copy = world.clone()
+    world.apply(Scan(0, "job1/r1"))  # the original changes the database: the copy must load its image
+    said = copy.apply(Scan(0, "job2/r1")).sentence
+    assert copy.ledger.get("job2/r1").state.value == "unused", said
+    assert copy.ledger.get("job1/r1").state.value == "reserved"
+    assert world.ledger.get("job1/r1").state.value == "unused" and world.ledger.get("job2/r1").state.value == "reserved"
+
+
+def test_the_deep_profile_walks_two_jobs_after_the_proof_and_checks_every_depth_it_finishes(redis_url, celery_module):
+    """judge_target's deeper walk (fence targets --profile deep): recorded apart, cut by its budget, faithful, the proof kept."""
+    from fence._verdicts import Verdict, profile_settings
+    from fence.targets import EXPLORER_DEEP_BOUND, judge_target
+
+    found = judge_target(TARGETS["celery+guard"], redis_url, configs=[ModelConfig(capacity=1, jobs=1)],
+                         run_settings=profile_settings(5, 10), faithfulness=FAITHFULNESS,
+                         deeper=(EXPLORER_DEEP_BOUND,), deeper_budget=2)
+    walk, = found.deeper
+    assert walk.config == EXPLORER_DEEP_BOUND and walk.stopped_by == "time_budget" and not walk.exhausted
+    assert walk.unfaithful is None and walk.faithfulness_checks > 0 and walk.depth > 0
+    assert {cell.verdict for cell in found.report.cells.values()} == {Verdict.PROVED}  # the first bound's proof
+    assert found.report.exploration.config.jobs == 1 and found.report.exploration.exhausted
+
+
+@pytest.mark.slow
+def test_a_violation_the_deeper_walk_finds_becomes_its_cell(shipped, redis_url):
+    """A cell Hypothesis left not-found is violated by what the walk at 2x2x2 found, with that walk's counterexample."""
+    from fence._invariants import BY_NAME
+    from fence._verdicts import Verdict, profile_settings
+    from fence.targets import EXPLORER_DEEP_BOUND, _with_violations, judge_target
+
+    duplicate = BY_NAME["no_duplicate_writes"]
+    report = judge_target(TARGETS["celery"], redis_url, configs=[ModelConfig(capacity=1, jobs=1)],
+                          run_settings=profile_settings(1, 5), explore=False).report
+    assert report.cells[duplicate.name].verdict is not Verdict.VIOLATED  # one run of five steps: too short
+    walk = explore_target(TARGETS["celery"], shipped, EXPLORER_DEEP_BOUND, invariants=(duplicate,),
+                          stop_when_all_violated=True, faithfulness=FAITHFULNESS)
+    _with_violations(report, walk)
+    cell = report.cells[duplicate.name]
+    assert cell.verdict is Verdict.VIOLATED and cell.counterexample.config == EXPLORER_DEEP_BOUND
+    assert "within 2 unit(s), 2 job(s)" in cell.detail

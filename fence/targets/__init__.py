@@ -76,7 +76,7 @@ from hypothesis import settings
 from fence._errors import BadInput
 from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
 from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import DEFAULT_CONFIGS, PolicyReport, combine, survey_config, with_explorer
+from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
 
@@ -213,7 +213,22 @@ EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizo
 (a retry and a revised retry need two attempts; a commit after expiry needs the clock to reach
 the lease), at the lease the machines use. About 1,200 states and 5,000 transitions on
 procrastinate, each a few calls on the real database."""
-EXPLORER_FAITHFULNESS = {"quick": (20, 40), "default": (60, 120), "thorough": (200, 400)}
+EXPLORER_DEEP_BOUND = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
+"""The second bound of ``fence targets --profile deep``: 2 units x 2 jobs x 2 attempts, lease 2,
+horizon 2, walked after ``EXPLORER_BOUND`` for at most ``EXPLORER_DEEP_BUDGET`` seconds a row.
+Two jobs share the server there (two rows, two workers' heartbeats, two messages' delivery
+times), which one job never shows. No row is exhausted within the budget today: a plug-in's
+states are keyed by ``generic_state_key``, much finer than fence's own key, and each costs
+calls on the server. The walk then proves nothing, but what it finds is found (a violation is
+replayed from scratch), and its FaithfulnessCheck checks every depth it finishes."""
+EXPLORER_DEEP_BUDGET = 1800.0
+"""Seconds the walk at ``EXPLORER_DEEP_BOUND`` may take per row (``fence targets --explorer-budget``)."""
+EXPLORER_BOUNDS = {
+    "quick": (EXPLORER_BOUND,), "default": (EXPLORER_BOUND,), "thorough": (EXPLORER_BOUND,),
+    "deep": (EXPLORER_BOUND, EXPLORER_DEEP_BOUND),
+}
+"""Per profile: the bounds the explorer walks on each row, in order; the first is exhausted."""
+EXPLORER_FAITHFULNESS = {"quick": (20, 40), "default": (60, 120), "thorough": (200, 400), "deep": (60, 120)}
 """Per profile: (new states, merges) the FaithfulnessCheck replays from scratch on an emptied
 database (``fence._explore.explore``'s ``faithfulness``); each replay costs dozens of restores."""
 
@@ -226,6 +241,8 @@ class TargetReport:
     report: PolicyReport
     differences: dict[ModelConfig, Differences]
     """Per configuration: where the system moved differently from its model policy."""
+    deeper: list = field(default_factory=list)
+    """The explorer's walks beyond its first bound (``judge_target``'s ``deeper``), in order."""
 
     @property
     def lockstep_findings(self) -> list:
@@ -249,6 +266,8 @@ def judge_target(
     explorer_bound: ModelConfig = EXPLORER_BOUND,
     faithfulness: tuple[int, int] = EXPLORER_FAITHFULNESS["default"],
     explorer_budget: float | None = None,
+    deeper: Iterable[ModelConfig] = (),
+    deeper_budget: float | None = EXPLORER_DEEP_BUDGET,
 ) -> TargetReport:
     """Both engines on the real system: the machines with the model of its policy in lockstep, then the explorer.
 
@@ -261,12 +280,17 @@ def judge_target(
     on the database), with its ``FaithfulnessCheck`` replaying ``faithfulness``
     (new states, merges) on emptied tables; ``with_explorer`` combines the two
     engines' words per cell as ``fence check`` does. A budget that runs out
-    (``explorer_budget`` seconds) leaves the cells Hypothesis' word.
+    (``explorer_budget`` seconds) leaves the cells Hypothesis' word. Then it
+    walks each bound in ``deeper`` for at most ``deeper_budget`` seconds
+    (``TargetReport.deeper``): a violation found there (replayed from scratch)
+    makes its cell violated; a walk that ends proves nothing beyond what the
+    first bound's did, and one that is cut short says how far it got.
     """
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
     results = []
     report = None
+    walks = []
     try:
         for config in configs:
             recorded = found[config] = Differences()
@@ -287,9 +311,27 @@ def judge_target(
             exploration = explore_target(target, storage, explorer_bound, faithfulness=faithfulness,
                                          time_budget=explorer_budget)
             report = with_explorer(report, exploration, storage.destination_factory, storage.ledger_factory)
+            for bound in deeper:
+                walk = explore_target(target, storage, bound, faithfulness=faithfulness, time_budget=deeper_budget)
+                _with_violations(report, walk)
+                walks.append(walk)
     finally:
         storage.close()
-    return TargetReport(target, report, found)
+    return TargetReport(target, report, found, walks)
+
+
+def _with_violations(report: PolicyReport, found) -> None:
+    """The cells a walk beyond the first bound found violated (each replayed from scratch) say so."""
+    from fence._explore import Outcome
+
+    for name, result in found.results.items():
+        cell = report.cells[name]
+        if result.outcome is Outcome.VIOLATED and cell.verdict not in (Verdict.VIOLATED, Verdict.ERROR):
+            report.cells[name] = Cell(
+                Verdict.VIOLATED, result.counterexample,
+                f"{result.counterexample.message} (the explorer's shortest within {found.config.describe()}, "
+                f"horizon {found.config.horizon}; before: {cell.detail or cell.verdict.value})",
+            )
 
 
 def explore_target(target: Target, storage, config: ModelConfig = EXPLORER_BOUND, **options):

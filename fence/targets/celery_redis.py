@@ -386,6 +386,10 @@ class CeleryLedger(TargetLedger):
 
     def load(self, image: Image) -> None:
         load_keys(self._session.client, image)
+        # What this copy read before is no longer the server's word on order: a load writes
+        # every delivery time of one tick as the same score, and Redis ranks equal scores
+        # by tag, where the reads before ranked them by the real instants they were taken at.
+        self._forget_reads()
 
     # -- talking to Redis ----------------------------------------------------------------
     def _writing(self) -> None:
@@ -598,7 +602,7 @@ class CeleryLedger(TargetLedger):
             else:
                 if self.guarded:
                     raise IllegalMove("the guarded recovery holds an expired delivery; it never restores one")
-                self._restore_visible(delivery.tag, visible.index(delivery.tag))
+                self._restore_visible(delivery.tag)
         elif move is Move.SETTLE_EXISTING and self.guarded:
             self._removing(delivery.tag, move, lambda: janitor.basic_ack(delivery.tag), f"basic_ack of {reservation_id}'s tag")
         elif move is Move.SETTLE_UNUSED and self.guarded:
@@ -608,8 +612,14 @@ class CeleryLedger(TargetLedger):
             raise IllegalMove(f"{move.value} is not a move of this target's janitor ({'guarded' if self.guarded else 'as shipped'})")
         return self._reservation(self._latest(delivery.tag))
 
-    def _restore_visible(self, tag: str, place: int) -> None:
-        """kombu's restore_visible, paged to the one message at ``place`` in its own order."""
+    def _restore_visible(self, tag: str) -> None:
+        """kombu's restore_visible, paged to the one message at ``tag``'s place in its own order.
+
+        The place is read with the server holding this copy (a claim may load its image,
+        which ranks a tick's deliveries anew: see ``load``), never from a read made before.
+        """
+        self._restorer.claim(self)
+        place = self._past_lease().index(tag)
         before = set(self._unacked())
         self._writing()
         self._janitor_channel().qos.restore_visible(start=place, num=1, interval=1)
