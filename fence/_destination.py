@@ -115,6 +115,22 @@ class Destination(Protocol):
         """Every write that landed, in order."""
 
 
+def payloads_by_key(effects) -> frozenset:
+    """A record of writes as what decides anything about it: each key's payloads, in the order they landed.
+
+    Which attempt wrote a ticket, and how writes to different keys interleaved,
+    decide no later answer of fence's destination (it answers by a key's first
+    payload and by its witness of attempts), and the observer judges writes per
+    key (their number, the first payload) as they land. ``effects`` are
+    ``Effect`` records or (key, attempt_id, payload) rows.
+    """
+    by_key: dict[str, list[str]] = {}
+    for effect in effects:
+        key, payload = (effect.key, effect.payload) if isinstance(effect, Effect) else (effect[0], effect[2])
+        by_key.setdefault(key, []).append(payload)
+    return frozenset((key, tuple(payloads)) for key, payloads in by_key.items())
+
+
 def judge_commit(
     guards: Guards, known: AttemptState | None, first_payload: str | None, payload: str
 ) -> tuple[CommitResult, AttemptState | None]:
@@ -228,10 +244,18 @@ class TicketService:
             self._shared = False
 
     def snapshot(self) -> tuple:
-        """A hashable picture of the destination, for state fingerprints."""
+        """Everything that decides this service's next answers, hashable: the explorer's key for it.
+
+        Each key's payloads in the order they landed (``payloads_by_key``) and the
+        witness's state of each attempt. Not which attempt wrote a ticket, nor how
+        writes to different keys interleaved: no answer depends on them, and a
+        walk that kept them would tell apart states that differ in nothing else
+        (two jobs writing in either order). ``effects()`` lists them all. A
+        subclass that answers by more (the last keys written, say) adds it here.
+        """
         return (
-            tuple((e.key, e.attempt_id, e.payload) for e in self._effects),
-            tuple(sorted((a, s.value) for a, s in self._attempts.items())),
+            payloads_by_key(self._effects),
+            frozenset((a, s.value) for a, s in self._attempts.items()),
         )
 
 

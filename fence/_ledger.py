@@ -287,12 +287,27 @@ class Ledger:
         return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
 
     # -- model checking --------------------------------------------------------
-    def snapshot(self) -> tuple:
-        """A hashable picture of the whole ledger, for state fingerprints."""
-        return tuple(
-            (r.reservation_id, r.owner, r.deadline, r.state.value)
-            for r in self._reservations.values()
-        )
+    def snapshot(self) -> frozenset:
+        """Everything that decides this ledger's next answers, hashable: the explorer's key for it.
+
+        ``reservations_picture`` of its reservations.
+        """
+        return reservations_picture(self._reservations.values())
+
+
+def reservations_picture(reservations) -> frozenset:
+    """Each reservation's id, owner, state and (while it is reserved) deadline, as a set.
+
+    The order a ledger lists them in decides nothing (two jobs reserving in
+    either order hold the same), and a set lets a renaming of the jobs order
+    them again. A deadline decides only whether a reserved lease has expired:
+    once the reservation moved on, which deadline it had decides nothing.
+    """
+    reserved = ReservationState.RESERVED
+    return frozenset(
+        (r.reservation_id, r.owner, r.deadline if r.state is reserved else None, r.state.value)
+        for r in reservations
+    )
 
 
 _RECORDS = frozenset({"_reservations", "_current_by_key", "_count_by_key", "units_freed"})

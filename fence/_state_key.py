@@ -14,8 +14,9 @@ import itertools
 import re
 from collections import Counter
 
+from fence._destination import payloads_by_key
 from fence._ledger import Ledger, ReservationState
-from fence._policies import Evidence
+from fence._policies import FENCE_POLICY_TYPES, Evidence
 from fence._world import Action, MessageKind, Phase, World, _destination_snapshot
 from fence._world import _snapshot as _ledger_snapshot
 
@@ -201,7 +202,8 @@ def _generic_parts(world: World) -> tuple:
     for a in world.attempts.values():
         in_flight = a.handle in commits_in_flight
         if a.phase in _DEAD and not in_flight:
-            attempts.append((a.handle, a.identity, a.reservation_id, "gone", a.phase is Phase.CRASHED and a.wrote))
+            # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
+            attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
         else:
             attempts.append((
                 a.handle, a.identity, a.reservation_id, a.phase.value,
@@ -218,16 +220,24 @@ def _generic_parts(world: World) -> tuple:
     # answer object is kept with its janitor.
     held_values: list = []
     held_by_janitor: list = []
+    ledger = world.ledger
+    # With fence's own ledger and policy, an answer held for a reservation that is no
+    # longer outcome_unknown only leads to a settle the ledger refuses, which changes
+    # nothing (as in the fast key): decide() is pure, and the ledger is asked nothing
+    # else. A user's ledger may accept that settle, and a user's policy may act in it.
+    stale_answers_inert = type(ledger) is Ledger and type(world.policy) in FENCE_POLICY_TYPES
+    unknown = ReservationState.OUTCOME_UNKNOWN
     for janitor, answers in enumerate(world.evidence):
         for rid, found in answers.items():
             if type(found) is Evidence:
+                if stale_answers_inert and ledger._reservations[rid].state is not unknown:
+                    continue
                 held_values.append((rid, evidence_token(found)))
             else:
                 held_by_janitor.append((janitor, rid, _held_token(found)))
     held = (_multiset(held_values), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
     attempts = frozenset(attempts)
     mirror = frozenset((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values())
-    ledger = world.ledger
     if type(ledger) is Ledger:
         # fence's own ledger as the fast key reads it: a deadline only while it can expire.
         ledger_part = frozenset(
@@ -241,7 +251,7 @@ def _generic_parts(world: World) -> tuple:
     return (
         # The retry queue counts per job (retries are taken by job), in any order.
         world.now, attempts, network, _multiset(world.retry_queue), _multiset(world.follow_ups),
-        held, mirror, frozenset(observer.abandoned), tuple((e.key, e.attempt_id, e.payload) for e in observer.effects),
+        held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )

@@ -347,6 +347,21 @@ def test_snapshot_captures_effects_and_attempts(open_implementation):
     snapshot = service.snapshot()
     hash(snapshot)
     assert snapshot == (
-        (("job1", "job1#1", "ticket"),),
-        (("job1#1", "committed"), ("job1#2", "in_flight")),
+        {("job1", ("ticket",))},
+        {("job1#1", "committed"), ("job1#2", "in_flight")},
     )
+
+
+def test_snapshot_leaves_out_who_wrote_and_the_order_across_keys(open_implementation):
+    """Two services with the same tickets per key are one state, whichever attempt wrote and in which order."""
+    one = open_implementation().destination
+    one.commit("job1#1", "job1", "ticket for job1")
+    one.commit("job2#1", "job2", "ticket for job2")
+    one_snapshot, one_effects = one.snapshot(), one.effects()
+    other = open_implementation().destination  # one pair at a time: this empties the first
+    other.commit("job2#2", "job2", "ticket for job2")
+    other.commit("job1#3", "job1", "ticket for job1")
+    assert other.snapshot() == one_snapshot
+    assert other.effects() != one_effects  # the record itself keeps both
+    other.commit("job1#4", "job1", "a revised ticket")
+    assert other.snapshot() != one_snapshot

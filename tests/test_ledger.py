@@ -404,9 +404,26 @@ def test_snapshot_is_hashable_and_reflects_state(open_implementation):
     reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
     before = ledger.snapshot()
     hash(before)
+    assert before == {("job1/r1", "job1#1", 2, "reserved")}
     ledger.apply(reservation.reservation_id, Move.CONFIRM)
-    assert ledger.snapshot() == (("job1/r1", "job1#1", 2, "confirmed"),)
+    # Once it moved on, its deadline decides nothing and is not in the picture.
+    assert ledger.snapshot() == {("job1/r1", "job1#1", None, "confirmed")}
     assert ledger.snapshot() != before
+
+
+def test_snapshot_does_not_depend_on_the_order_of_reserves_nor_a_settled_deadline(open_implementation):
+    """Two jobs reserving in either order, and confirmed leases reserved at other times, are one state."""
+    pictures = []
+    for order, job2_at in (("job1", "job2"), 1), (("job2", "job1"), 0):
+        ledger = open_implementation(2).ledger  # one pair at a time: the next call empties it
+        for job in order:
+            ledger.reserve(job, f"{job}#1", now=job2_at if job == "job2" else 0, lease=2)
+        reserved = ledger.snapshot()
+        ledger.confirm("job2", "job2#1")
+        pictures.append((reserved, ledger.snapshot()))
+    (one_reserved, one_confirmed), (other_reserved, other_confirmed) = pictures
+    assert one_reserved != other_reserved  # job2's lease ends at 3 in one, at 2 in the other
+    assert one_confirmed == other_confirmed
 
 
 def test_mermaid_mentions_every_transition():

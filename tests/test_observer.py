@@ -243,7 +243,7 @@ def test_a_walk_cut_short_is_checked_at_every_depth_it_finished(monkeypatch):
 
         monkeypatch.setattr(FaithfulnessCheck, name, spy)
     found = explore(POLICIES["abandon-fenced"], EXPLORER_BOUND, destination_factory=CopiesPlainly,
-                    faithfulness=(20, 40), max_states=2000)
+                    faithfulness=(20, 40), max_states=1000)  # of 1,727 states at this bound
     assert found.stopped_by == "max_states" and found.unfaithful is None and found.depth > 6
     assert sorted(set(depths)) == list(range(1, found.depth + 1))
     assert found.faithfulness_checks == len(depths) <= 20 + 40

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from fence._destination import Guards
+from fence._destination import Guards, payloads_by_key
 from fence._restore import Restorable, Restorer, reads, writes
 from fence.backends._sql import POSTGRES, SqlDestination, SqlLedger, SqlStore
 
@@ -121,9 +121,12 @@ class RestorableSqlLedger(Restorable, SqlLedger):
         (reservations, keys), _ = self.image()
         # fence_reservations: seq, reservation_id, key, owner, deadline, whole_ticks, state, freed, claimed_by
         return (
-            tuple((rid, owner, int(deadline) if whole else deadline, state, freed, claimed)
-                  for _, rid, _key, owner, deadline, whole, state, freed, claimed in reservations),
-            keys,
+            # A set, as fence.Ledger's: the order of the rows decides nothing.
+            # A deadline only while the lease is reserved, as fence.Ledger's: then it decides expiry.
+            frozenset((rid, owner, (int(deadline) if whole else deadline) if state == "reserved" else None,
+                       state, freed, claimed)
+                      for _, rid, _key, owner, deadline, whole, state, freed, claimed in reservations),
+            frozenset(tuple(row) for row in keys),
         )
 
     get = reads(SqlLedger.get)
@@ -160,8 +163,8 @@ class RestorableSqlDestination(Restorable, SqlDestination):
         (effects, attempts), _ = self.image()
         # fence_effects: seq, key, attempt_id, payload, fence_key (a function of the key and the guards)
         return (
-            tuple((key, attempt, payload) for _, key, attempt, payload, _fence in effects),
-            tuple(sorted(attempts)),
+            payloads_by_key((key, attempt, payload) for _, key, attempt, payload, _fence in effects),
+            frozenset(tuple(row) for row in attempts),
         )
 
     register = writes(SqlDestination.register)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from fence._destination import AttemptState, CommitResult, Effect, Guards, judge_commit
+from fence._destination import AttemptState, CommitResult, Effect, Guards, judge_commit, payloads_by_key
 from fence._errors import BackendError, WitnessRequired
 from fence._ledger import (
     TRANSITIONS,
@@ -54,6 +54,7 @@ from fence._ledger import (
     check_owner,
     check_reserve,
     next_state,
+    reservations_picture,
 )
 
 SCHEMA_VERSION = 1
@@ -447,9 +448,9 @@ class SqlLedger:
         """Which janitor claimed this lease (None: none did)."""
         return self.store.one("SELECT claimed_by FROM fence_reservations WHERE reservation_id = ?", (reservation_id,))[0]
 
-    def snapshot(self) -> tuple:
+    def snapshot(self) -> frozenset:
         """A hashable picture of the whole ledger, equal to fence.Ledger's for the same history."""
-        return tuple((r.reservation_id, r.owner, r.deadline, r.state.value) for r in self.reservations())
+        return reservations_picture(self.reservations())
 
 
 # -- the destination ---------------------------------------------------------------------
@@ -538,7 +539,4 @@ class SqlDestination:
     def snapshot(self) -> tuple:
         """The same picture as TicketService.snapshot() for the same history."""
         attempts = self.store.rows("SELECT attempt_id, state FROM fence_attempts")
-        return (
-            tuple((e.key, e.attempt_id, e.payload) for e in self.effects()),
-            tuple(sorted((attempt, state) for attempt, state in attempts)),
-        )
+        return (payloads_by_key(self.effects()), frozenset((attempt, state) for attempt, state in attempts))
