@@ -273,9 +273,8 @@ def symmetric_form(raw: tuple, jobs: list[str]) -> tuple[tuple, dict[str, str]]:
     best_renaming: dict[str, str] = {}
     for order in itertools.permutations(jobs):
         renaming = dict(zip(jobs, order))
-        cache = _renamed_text_cache(renaming)
         try:
-            form = _canonical(raw, renaming, cache)
+            form = _canonical_parts(raw, renaming)
         except _NotRenamable:
             return raw, {}
         if best is None or _less(form, best):
@@ -289,6 +288,31 @@ def canonical_renaming(raw: tuple, renaming: dict[str, str]) -> tuple | None:
         return _canonical(raw, renaming, _renamed_text_cache(renaming))
     except _NotRenamable:
         return None
+
+
+def _canonical_parts(raw: tuple, renaming: dict[str, str]) -> tuple:
+    """``_canonical`` of a generic key, part by part, each part's form remembered.
+
+    Most parts of a new state's key (the destination's snapshot, the ledger's,
+    the messages in flight) are parts of states seen before: their forms under
+    each renaming are looked up, not written again.
+    """
+    cache = _renamed_text_cache(renaming)
+    forms = _PART_FORMS.get(tuple(renaming.items()))
+    if forms is None or len(forms) > _PART_FORMS_KEPT:
+        forms = _PART_FORMS[tuple(renaming.items())] = {}
+    canonical = []
+    for part in raw:
+        form = forms.get(part)
+        if form is None:
+            form = forms[part] = _canonical(part, renaming, cache)
+        canonical.append(form)
+    return tuple(canonical)
+
+
+_PART_FORMS: dict[tuple, dict] = {}
+"""Per renaming: part of a generic key -> its ``_canonical`` form (a pure function: forgetting is safe)."""
+_PART_FORMS_KEPT = 400_000
 
 
 class _NotRenamable(Exception):
