@@ -807,7 +807,7 @@ def _comparable(key: tuple) -> tuple:
     said is compared through the settle sentences instead.
     """
     held = key[5]
-    written = tuple((j, rid, token[0] if token[0] == "object" else token) for j, rid, token in held[1])
+    written = frozenset((j, rid, token[0] if token[0] == "object" else token) for j, rid, token in held[1])
     return key[:5] + ((held[0], written),) + key[6:]
 
 

@@ -235,7 +235,8 @@ def _generic_parts(world: World) -> tuple:
                 held_values.append((rid, evidence_token(found)))
             else:
                 held_by_janitor.append((janitor, rid, _held_token(found)))
-    held = (_multiset(held_values), tuple(sorted(held_by_janitor, key=lambda item: item[:2])))
+    # A set, not a list sorted by reservation: a renaming of the jobs must be able to order it again.
+    held = (_multiset(held_values), frozenset(held_by_janitor))
     attempts = frozenset(attempts)
     mirror = frozenset((m.reservation_id, m.state.value, m.times_freed) for m in observer.reservations.values())
     if type(ledger) is Ledger:

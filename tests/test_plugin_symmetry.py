@@ -66,3 +66,37 @@ def test_a_plugin_that_decides_by_a_jobs_name_is_refused_with_symmetry_never_pro
     assert symmetric["unfaithful"] and "--symmetry" in symmetric["unfaithful"]
     assert "renamed" in symmetric["unfaithful"]
     assert "proved" not in symmetric["verdicts"].values()
+
+
+def test_answers_a_policy_keeps_as_objects_are_renamed_with_the_jobs():
+    """Renamed paths reach one key, also where one janitor holds a user's answer objects for two jobs.
+
+    ``LookupThenAbandon`` answers a probe with its own ``Evidence`` subclass,
+    which the key holds by janitor and reservation. Those were once listed
+    sorted by reservation, an order a renaming of the jobs does not keep, and
+    its walk at 2 units x 2 jobs with --symmetry was refused as unfaithful.
+    """
+    from fence._plugins import load_policy
+    from fence._state_key import generic_state_key
+    from fence._world import ModelConfig, World
+
+    policy = load_policy(str(TESTS / "seeded/decide_writes.py:LookupThenAbandon"))
+
+    def world_where(written: str, other: str) -> World:
+        world = World(policy, ModelConfig(capacity=2, jobs=2, max_attempts=1, horizon=2))
+        path = [("reserve", {"job": "job1"}), ("reserve", {"job": "job2"})]
+        path += [(kind, {"attempt": f"{written}#1"}) for kind in ("start", "send_commit")]
+        path += [("deliver", {"message": "commit", "attempt": f"{written}#1"}), ("tick", {"by": 2})]
+        for job in (written, other):  # janitor 0 holds an answer for each: "exists" and "absent"
+            path += [("scan", {"janitor": 0, "reservation": f"{job}/r1"}),
+                     ("probe", {"janitor": 0, "reservation": f"{job}/r1"})]
+        for kind, fields in path:
+            [action] = [a for a in world.enabled_actions()
+                        if a.kind == kind and fields.items() <= a.to_dict().items()][:1]
+            world.apply(action)
+        assert len(world.evidence[0]) == 2
+        return world
+
+    one, renamed = world_where("job1", "job2"), world_where("job2", "job1")
+    assert generic_state_key(one) != generic_state_key(renamed)
+    assert generic_state_key(one, symmetry=True) == generic_state_key(renamed, symmetry=True)
