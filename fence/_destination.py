@@ -124,11 +124,14 @@ def payloads_by_key(effects) -> frozenset:
     key (their number, the first payload) as they land. ``effects`` are
     ``Effect`` records or (key, attempt_id, payload) rows.
     """
-    by_key: dict[str, list[str]] = {}
+    by_key: dict[str, tuple[str, ...]] = {}
     for effect in effects:
-        key, payload = (effect.key, effect.payload) if isinstance(effect, Effect) else (effect[0], effect[2])
-        by_key.setdefault(key, []).append(payload)
-    return frozenset((key, tuple(payloads)) for key, payloads in by_key.items())
+        if type(effect) is Effect or isinstance(effect, Effect):
+            key, payload = effect.key, effect.payload
+        else:
+            key, payload = effect[0], effect[2]
+        by_key[key] = by_key.get(key, ()) + (payload,)
+    return frozenset(by_key.items())
 
 
 def judge_commit(
@@ -255,7 +258,7 @@ class TicketService:
         """
         return (
             payloads_by_key(self._effects),
-            frozenset((a, s.value) for a, s in self._attempts.items()),
+            frozenset([(a, s._value_) for a, s in self._attempts.items()]),
         )
 
 
