@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from fence._destination import Destination
 from fence import _protocol
-from fence._errors import IllegalMove
+from fence._errors import FenceError, IllegalMove, PluginBroken
 from fence._ledger import Ledger, Move, Reservation, ReservationState
 from fence._policies import Decision, Evidence, JanitorPolicy
 
@@ -79,11 +79,21 @@ class Janitor:
     def settle(self, reservation_id: str, evidence: Evidence) -> Settlement:
         """Apply the policy's decision; raises IllegalMove if the reservation moved on."""
         policy = self.policy
-        if self.twins is not None:
-            decision = self.twins.decide(self, _protocol.ledger_get(self.ledger, reservation_id).key, evidence)
-        else:
-            decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
-            _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
+        try:
+            if self.twins is not None:
+                decision = self.twins.decide(self, _protocol.ledger_get(self.ledger, reservation_id).key, evidence)
+            else:
+                decision = _protocol.call(policy, "policy", "decide", DECISION_MUST, policy.decide, evidence)
+                _protocol.returned(policy, "policy", "decide", decision, Decision, DECISION_MUST)
+        except PluginBroken:
+            raise
+        except FenceError as error:
+            # Only the ledger's refusal of the move below is an answer here (the world takes
+            # it as stale evidence); the same error from decide() would pass for one.
+            raise PluginBroken(
+                f"{_protocol.describe(policy, 'policy')}: decide() raised {type(error).__name__}: {error}; it must "
+                f"return {DECISION_MUST} (fence's errors are answers only where a protocol lists them)"
+            ) from error
         if decision is Decision.HOLD:
             return Settlement(_protocol.ledger_get(self.ledger, reservation_id), decision, evidence)
         moved = _protocol.ledger_apply(self.ledger, reservation_id, SETTLE_MOVES[decision])

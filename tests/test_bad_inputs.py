@@ -196,6 +196,11 @@ BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
     "policy raises fence's own error": (
         [_plugin("policies:ProbeRaisesStaleAttempt")],
         "ProbeRaisesStaleAttempt.probe() (policies.py:"),
+    # It once passed for the ledger refusing the settle ("already outcome_unknown: the
+    # ledger refuses"), and the reservation left unsettled was reported as a violation.
+    "policy's decide raises the ledger's refusal": (
+        [_plugin("policies:DecideRaisesIllegalMove")],
+        "decide() raised IllegalMove: this policy refuses to decide; it must return a fence.Decision"),
 }
 for _name, ([_policy, *_plugins], _needle) in BROKEN_EVERYWHERE.items():
     CASES[f"check {_name}"] = (["check", _policy, *_plugins], _needle)

@@ -3,7 +3,7 @@
 import threading
 from dataclasses import dataclass, field
 
-from fence import Decision, Evidence, Policy, StaleAttempt
+from fence import Decision, Evidence, IllegalMove, Policy, StaleAttempt
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,16 @@ class ProbeRaisesStaleAttempt(Policy):
 
     def probe(self, destination, reservation):
         raise StaleAttempt(f"{reservation.reservation_id} is not mine to ask about")
+
+
+@dataclass(frozen=True)
+class DecideRaisesIllegalMove(Policy):
+    """Raises the ledger's refusal from decide(): once taken for the ledger refusing the settle."""
+
+    name: str = "decide-raises-illegal-move"
+
+    def decide(self, evidence):
+        raise IllegalMove("this policy refuses to decide")
 
 
 @dataclass(frozen=True)
