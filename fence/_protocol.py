@@ -30,7 +30,7 @@ import inspect
 from pathlib import Path
 from typing import Any, Callable
 
-from fence._errors import FenceError, PluginBroken
+from fence._errors import FenceError, PluginBroken, WitnessRequired
 
 
 def describe(plugin: object, kind: str) -> str:
@@ -303,6 +303,17 @@ def _plugin_frame(error: BaseException):
     return frames[last_fence + 1]
 
 
+def _last_plugin_frame(error: BaseException):
+    """The innermost frame of a plug-in's code on ``error``'s way, or None if none is a plug-in's."""
+    found = None
+    tb = error.__traceback__
+    while tb is not None:
+        if not tb.tb_frame.f_code.co_filename.startswith(_FENCE):
+            found = tb
+        tb = tb.tb_next
+    return found
+
+
 def broken_in(error: BaseException) -> PluginBroken | None:
     """The ``PluginBroken`` that ``error`` is or holds (Hypothesis may group what a run raised).
 
@@ -320,6 +331,16 @@ def broken_in(error: BaseException) -> PluginBroken | None:
         return None
     if isinstance(error, PluginBroken):
         return error
+    if isinstance(error, WitnessRequired):
+        # fence's destination raised it, but a plug-in asked: a policy that abandons or
+        # reads attempt state without the witness guard it needs.
+        caller = _last_plugin_frame(error)
+        if caller is not None:
+            code = caller.tb_frame.f_code
+            return PluginBroken(
+                f"a plug-in's {code.co_qualname}() ({Path(code.co_filename).name}:{caller.tb_lineno}) asked the "
+                f"destination for what only its witness keeps: {error}; give the policy guards with witness=True"
+            )
     frame = _plugin_frame(error)
     if frame is None:
         return None

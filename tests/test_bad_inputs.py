@@ -201,6 +201,10 @@ BROKEN_EVERYWHERE: dict[str, tuple[list[str], str]] = {
     "policy's decide raises the ledger's refusal": (
         [_plugin("policies:DecideRaisesIllegalMove")],
         "decide() raised IllegalMove: this policy refuses to decide; it must return a fence.Decision"),
+    # fence's destination raises WitnessRequired, so it once kept fence's traceback.
+    "policy abandons without the witness guard": (
+        [_plugin("policies:AbandonsWithoutWitness")],
+        "AbandonsWithoutWitness.probe() (policies.py:"),
 }
 for _name, ([_policy, *_plugins], _needle) in BROKEN_EVERYWHERE.items():
     CASES[f"check {_name}"] = (["check", _policy, *_plugins], _needle)

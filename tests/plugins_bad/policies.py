@@ -3,7 +3,7 @@
 import threading
 from dataclasses import dataclass, field
 
-from fence import Decision, Evidence, IllegalMove, Policy, StaleAttempt
+from fence import Decision, Evidence, Guards, IllegalMove, Policy, StaleAttempt
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,17 @@ class DecideRaisesIllegalMove(Policy):
 
     def decide(self, evidence):
         raise IllegalMove("this policy refuses to decide")
+
+
+@dataclass(frozen=True)
+class AbandonsWithoutWitness(Policy):
+    """Abandons at the destination, but its guards keep no witness to abandon in."""
+
+    name: str = "abandons-without-witness"
+    guards: Guards = field(default_factory=lambda: Guards(fence=True))
+
+    def probe(self, destination, reservation):
+        return Evidence(abandon_result=destination.abandon_unless_committed(reservation.owner))
 
 
 @dataclass(frozen=True)
