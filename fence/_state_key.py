@@ -119,7 +119,7 @@ def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
             continue
         part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
     crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
-    unsent = (Phase.RESERVED, Phase.WORKING)  # _UNSENT, as a tuple: identity before hashing
+    unsent = (Phase.RESERVED, Phase.WORKING)  # a tuple: identity before hashing
     for a in attempts.values():
         job, _, number = a.handle.partition("#")
         part = parts.get(job)
@@ -196,18 +196,22 @@ def _generic_parts(world: World) -> tuple:
     # or crashed attempt with no commit on its way is only its names; the answer
     # counts once it arrived, the payload until the commit carrying it landed; an
     # answer to an attempt no longer waiting for one is dropped on arrival.
-    commits_in_flight = {m.attempt for m in world.network if m.kind is MessageKind.COMMIT}
+    commit = MessageKind.COMMIT
+    commits_in_flight = {m.attempt for m in world.network if m.kind is commit}
     attempts = []
+    # Enum members compared by identity, never looked up in sets (an Enum's hash is a Python call).
+    crashed, done, acked, reserved, working = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.RESERVED, Phase.WORKING
     for a in world.attempts.values():
         in_flight = a.handle in commits_in_flight
-        if a.phase in _DEAD and not in_flight:
+        phase = a.phase
+        if (phase is crashed or phase is done) and not in_flight:
             # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
             attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
         else:
             attempts.append((
-                a.handle, a.identity, a.reservation_id, a.phase._value_,
-                a.ack._value_ if a.phase is Phase.ACKED else "",
-                a.payload if (a.phase in _UNSENT or in_flight) else "", a.wrote,
+                a.handle, a.identity, a.reservation_id, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
             ))
     network = _multiset(
         (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
@@ -424,8 +428,6 @@ def evidence_token(evidence) -> tuple:
     )
 
 
-_DEAD = frozenset({Phase.CRASHED, Phase.DONE})
-_UNSENT = frozenset({Phase.RESERVED, Phase.WORKING})
 
 
 def up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
