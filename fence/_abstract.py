@@ -239,6 +239,10 @@ class AbstractWalk:
         self.built = []  # the root keeps its World: every World can be built again from it
 
     # -- readings from real Worlds ---------------------------------------------------------
+    def root_key(self) -> tuple:
+        """The root's key, as ``key_of`` writes the walk's keys."""
+        return self.key_of(0, self.root.parts, self.root.abandoned)
+
     def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
         """The walk's state key: ``state_key``'s with each part by its number."""
         return (now, tuple(sorted(parts)) if self.symmetry else parts, abandoned)

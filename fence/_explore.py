@@ -330,7 +330,6 @@ def walk(
     if by_whole_state and not root.fast_copy_is_faithful():
         raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
     parents: list[tuple[int, Action] | None] = [None]
-    visited = {whole_state(root) if by_whole_state else state_key(root, symmetry): 0}
     faithfulness_check = None
     if not root.fast_copy_is_faithful():
         faithfulness_check = FaithfulnessCheck(
@@ -344,59 +343,44 @@ def walk(
     memos = _Memo(step_invariants, check_memo) if faithfulness_check is None and memo else None
     judge_drain = DrainJudge(teardown_invariants, memos.steps if memos is not None and memos.usable else None)
 
-    walk = None
+    # One walk, over one of two kinds of state: fence's own parts with the built-in step
+    # invariants are expanded and judged from the memos, a World built only when one
+    # misses (fence._abstract); every other world is cloned and stepped (``WorldWalk``).
     if memos is not None and memos.usable:
-        # fence's own parts with the built-in step invariants: new states are expanded and
-        # judged from the memos, a World built only when one misses (fence._abstract).
-        walk = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root)
-        visited = {walk.key_of(0, walk.root.parts, walk.root.abandoned): 0}  # its keys name parts by number
+        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root)
+    else:
+        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state)
+    visited = {strategy.root_key(): 0}
 
     def check_teardown(node: int, state) -> None:
         if all(inv.name in found for inv in teardown_invariants):
             return
-        if walk is not None:
-            broken, settled = walk.judge_drain_of(state)
-        elif by_whole_state:
-            broken, settled = drain_plainly(state, teardown_invariants)
-        else:
-            broken, settled = judge_drain(state)
+        broken, settled = strategy.judge_drain_of(state)
         result.drains_unsettled += not settled
         for name in broken:
             found.setdefault(name, (node, None))
 
-    if walk is not None:
-        def successors(entry):
-            return walk.successors(entry, visited, found, result.reached)
-    else:
-        def successors(world: World):
-            return _successors(world, symmetry, step_invariants, found, result.reached, by_whole_state)
-
-    def expand(node: int, world: World, following: list) -> None:
-        """Take each action from ``world``; judge each successor; queue the new ones."""
-        for action, child, key, broken in successors(world):
+    def expand(node: int, state, following: list) -> None:
+        """Take each action from ``state``; judge each successor; queue the new ones."""
+        for action, child, key, broken in strategy.successors(state, visited, found, result.reached):
             result.transitions += 1
             for name in broken:
                 found[name] = (node, action)
-                if walk is not None:
-                    walk.meant_finding(name)
+                strategy.meant_finding(name)
             if faithfulness_check is not None:
                 faithfulness_check.after_transition(node, action, child, visited.get(key))
-            if walk is not None:
-                if child is None:  # the abstract walk yields None exactly for a state already visited
-                    continue
-            elif key in visited:
+            # The abstract walk yields no child for a state already visited.
+            if child is None or key in visited:
                 continue
             child_node = len(parents)
             visited[key] = child_node
             parents.append((node, action))
-            if walk is not None:
-                walk.adopt(child, child_node)
+            strategy.adopt(child, child_node)
             following.append((child_node, child))
             check_teardown(child_node, child)
 
-    start = walk.root if walk is not None else root
-    check_teardown(0, start)
-    frontier: list = [(0, start)]
+    check_teardown(0, strategy.root)
+    frontier: list = [(0, strategy.root)]
     depth = 0
     out_of_budget = None
     long_lived = _LongLived(faithfulness_check is None)  # fence's own parts only: they hold no cycles
@@ -424,8 +408,7 @@ def walk(
             else:
                 depth += 1
                 frontier = following
-                if walk is not None:
-                    walk.next_level()
+                strategy.next_level()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -454,8 +437,50 @@ def walk(
         result.policy_calls_checked = root.policy_twins.calls
 
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory,
-           meant=walk.meant if walk is not None else None)
+           meant=strategy.meant)
     return result
+
+
+class WorldWalk:
+    """The walk's moves over World objects, as ``AbstractWalk`` makes them over its entries.
+
+    Each action is taken on a clone (``_successors``) and the child keyed by
+    ``state_key`` (fence's parts job by job; a user's plug-ins by the generic
+    key), or by ``whole_state`` for the reference walk that tests that key;
+    invariant 6 is judged by the drain judge, or for the reference walk by the
+    model's own drain with no memo (``drain_plainly``).
+    """
+
+    meant = None
+    """What janitors' steps were meant to do: only the abstract walk needs it (its janitors are numbered)."""
+
+    def __init__(self, root: World, symmetry: bool, step_invariants, judge_drain: DrainJudge,
+                 by_whole_state: bool = False) -> None:
+        self.root = root
+        self.symmetry = symmetry
+        self.step_invariants = step_invariants
+        self.judge_drain = judge_drain
+        self.by_whole_state = by_whole_state
+
+    def root_key(self) -> tuple:
+        return whole_state(self.root) if self.by_whole_state else state_key(self.root, self.symmetry)
+
+    def successors(self, world: World, visited, known, reached: Counter):
+        return _successors(world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state)
+
+    def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
+        if self.by_whole_state:
+            return drain_plainly(world, self.judge_drain.invariants)
+        return self.judge_drain(world)
+
+    def adopt(self, child: World, node: int) -> None:
+        pass
+
+    def meant_finding(self, name: str) -> None:
+        pass
+
+    def next_level(self) -> None:
+        pass
 
 
 class _LongLived:
