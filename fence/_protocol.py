@@ -48,13 +48,18 @@ def describe(plugin: object, kind: str) -> str:
 
 def call(plugin: object, kind: str, method: str, must: str, function: Callable[..., Any], *args: Any) -> Any:
     """``function(*args)``, with any exception other than fence's own turned into ``PluginBroken``."""
+    return _guarded(plugin, kind, f"{method}()", must, function, *args)
+
+
+def _guarded(plugin: object, kind: str, shown: str, must: str, function: Callable[..., Any], *args: Any) -> Any:
+    """``call``, naming the call as ``shown`` (a property is read, not called)."""
     try:
         return function(*args)
     except FenceError:
         raise
     except Exception as error:
         raise PluginBroken(
-            f"{describe(plugin, kind)}: {method}() raised {type(error).__name__}: {error}; it must return {must}"
+            f"{describe(plugin, kind)}: {shown} raised {type(error).__name__}: {error}; it must return {must}"
         ) from error
 
 
@@ -104,14 +109,7 @@ def fences_own(part: object) -> bool:
 # a plug-in's answer: one of fence's errors is a refusal and passes, anything else
 # it raises, or an answer of the wrong kind, is its protocol broken.
 def _asked(ledger: object, shown: str, must: str, function: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return function(*args)
-    except FenceError:
-        raise
-    except Exception as error:
-        raise PluginBroken(
-            f"{describe(ledger, 'ledger')}: {shown} raised {type(error).__name__}: {error}; it must return {must}"
-        ) from error
+    return _guarded(ledger, "ledger", shown, must, function, *args)
 
 
 def _wrong(ledger: object, shown: str, got: str, must: str) -> PluginBroken:
