@@ -66,38 +66,52 @@ library is one line (``BadInput``) naming the extra to install.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from hypothesis import settings
 
-from fence._errors import BadInput
 from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
 from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
 
-@dataclass(frozen=True)
+SERVERS = ("postgres", "redis")
+"""The servers fence starts for a target (``fence/_scripts/postgres.sh``, ``redis.sh``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Target:
-    """One row of ``fence targets``: a real system, configured one way, and the model it claims."""
+    """One row of ``fence targets``: a real system, configured one way, and the model it claims.
+
+    A user's target is one of these at a module's top level, passed to ``fence
+    targets --target FILE.py:ATTR`` (or ``MODULE:ATTR``) or to
+    ``fence.testing.check_target``; nothing in fence is edited to add one.
+    """
 
     row: str
-    """The row's name (``procrastinate``, ``procrastinate+guard``)."""
+    """The row's name (``procrastinate``, ``procrastinate+guard``): its report line and its files."""
     system: str
     """The library under test, as pip names it (its version goes into the evidence)."""
-    policy: JanitorPolicy
-    """The model policy this configuration of the system claims to implement."""
-    recovery: str
-    """What the system does with a lease that ran out, in its own words."""
-    time: str
-    """How fence moves the system's time without sleeping."""
-    server: str
-    """The server it needs (``postgres``, ``redis``), started by the project's scripts."""
+    policy: JanitorPolicy | str
+    """The model policy this configuration of the system claims to implement (or a built-in's name)."""
     storage: str
-    """``MODULE:ATTR`` of a callable (url) -> storage with destination_factory, ledger_factory, close."""
+    """``MODULE:ATTR`` or ``FILE.py:ATTR`` of a callable (url, **options) -> storage with
+    ``destination_factory``, ``ledger_factory`` and ``close`` (``versions`` if it can say them)."""
+    server: str | None = None
+    """The server it needs (``postgres``, ``redis``), started by the project's scripts when no URL
+    is given; None: the caller always gives the URL."""
+    recovery: str = ""
+    """What the system does with a lease that ran out, in its own words."""
+    time: str = ""
+    """How fence moves the system's time without sleeping."""
+    tick_seconds: float | None = None
+    """The real seconds one model tick stands for in the adapter (its model-time assumption): a run
+    that takes longer than this in real time may see the system's own clock move a tick the model
+    did not, and ``fence targets`` says so. None: the adapter states no such assumption."""
     options: dict = field(default_factory=dict)
     """Keyword arguments for the storage."""
     extra: str = ""
@@ -106,16 +120,39 @@ class Target:
     """Its ledger and destination are restorable (``fence._restore``: ``dump``/``load``), so the
     explorer can walk it too; until then only the machines judge it, and its cells say so."""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):  # a built-in's name, or MODULE:ATTR / FILE.py:ATTR
+            from fence._plugins import load_policy
+
+            object.__setattr__(self, "policy", load_policy(self.policy))
+
+    def problem(self) -> str | None:
+        """Why this cannot be a target row (one line), or None."""
+        from fence._plugins import storage_spec_problem
+        from fence._policies import policy_problem
+
+        if not isinstance(self.row, str) or not self.row.strip():
+            return f"row must be a non-empty name, not {self.row!r}"
+        problem = policy_problem(self.policy)
+        if problem:
+            return f"policy is not a janitor policy: {problem}"
+        problem = storage_spec_problem(self.storage)
+        if problem:
+            return f"storage {problem}"
+        if self.server is not None and self.server not in SERVERS:
+            return f"server {self.server!r} is not one fence starts; use one of {', '.join(SERVERS)}, or None"
+        if self.tick_seconds is not None and not (
+                isinstance(self.tick_seconds, (int, float)) and self.tick_seconds > 0):
+            return f"tick_seconds must be a positive number of seconds, not {self.tick_seconds!r}"
+        if not isinstance(self.options, dict):
+            return f"options must be a dict of keyword arguments for the storage, not {type(self.options).__name__}"
+        return None
+
     def open(self, url: str):
         """This target's storage on the server at ``url``: every world made from it starts empty."""
-        module_name, _, attribute = self.storage.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise BadInput(
-                f"target {self.row}: {error}; install it with pip install 'fence[{self.extra}]'"
-            ) from None
-        return getattr(module, attribute)(url, **self.options)
+        from fence._plugins import load_storage
+
+        return load_storage(self)(url, **self.options)
 
 
 TARGETS: dict[str, Target] = {
@@ -129,6 +166,7 @@ TARGETS: dict[str, Target] = {
             "on the same row; the worker's finish_job(job) checks the job id and status only",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": False},
             extra="procrastinate",
@@ -143,6 +181,7 @@ TARGETS: dict[str, Target] = {
             "committed, then finish_job(succeeded), or finish_job(failed) and defer a fresh row",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": True},
             extra="procrastinate",
@@ -157,6 +196,7 @@ TARGETS: dict[str, Target] = {
             "the stale worker's log_jobs(job) and update_heartbeat are keyed by the job id alone",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": False},
             extra="pgqueuer",
@@ -171,6 +211,7 @@ TARGETS: dict[str, Target] = {
             "committed, then log_jobs(successful), or log_jobs(exception) and enqueue a fresh row",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
@@ -184,6 +225,7 @@ TARGETS: dict[str, Target] = {
             "queue under the same delivery tag; a worker's basic_ack removes that tag, whoever holds it now",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
+            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": False},
             extra="celery",
@@ -198,6 +240,7 @@ TARGETS: dict[str, Target] = {
             "basic_ack, or basic_reject and publish a fresh message (a new task id and delivery tag)",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
+            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": True},
             extra="celery",
@@ -243,6 +286,18 @@ class TargetReport:
     """Per configuration: where the system moved differently from its model policy."""
     deeper: list = field(default_factory=list)
     """The explorer's walks beyond its first bound (``judge_target``'s ``deeper``), in order."""
+    longest_run: float = 0.0
+    """Real seconds of the longest Hypothesis run, from its fresh world to its teardown."""
+
+    @property
+    def assumption_violated(self) -> str | None:
+        """What a run longer than the adapter's tick (``Target.tick_seconds``) puts at risk, or None."""
+        tick = self.target.tick_seconds
+        if tick is None or self.longest_run <= tick:
+            return None
+        return (f"a run took {self.longest_run:.1f} s of real time, longer than the {tick:g} s one model tick "
+                f"stands for in this adapter: the system's own clock may have moved a tick the model did not, "
+                f"so a verdict may be about time the model never saw; lengthen the adapter's tick")
 
     @property
     def lockstep_findings(self) -> list:
@@ -288,6 +343,7 @@ def judge_target(
     """
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
+    runs: list[float] = []
     results = []
     report = None
     walks = []
@@ -296,15 +352,17 @@ def judge_target(
             recorded = found[config] = Differences()
 
             def wrap(machine: type, recorded=recorded, config=config) -> type:
-                return lockstep_machine(
-                    machine, lambda: World(target.policy, config), record=recorded,
-                    same_story=without_refusal_reasons,
-                )
+                if lockstep:
+                    machine = lockstep_machine(
+                        machine, lambda: World(target.policy, config), record=recorded,
+                        same_story=without_refusal_reasons,
+                    )
+                return _timed(machine, runs)
 
             results.append(survey_config(
                 target.policy, config, run_settings=run_settings,
                 destination_factory=storage.destination_factory, ledger_factory=storage.ledger_factory,
-                wrap_machine=wrap if lockstep else None,
+                wrap_machine=wrap,
             ))
         report = combine(target.policy, results)
         if explore and target.explorable:
@@ -317,7 +375,30 @@ def judge_target(
                 walks.append(walk)
     finally:
         storage.close()
-    return TargetReport(target, report, found, walks)
+    return TargetReport(target, report, found, walks, max(runs, default=0.0))
+
+
+def _timed(machine: type, runs: list[float]) -> type:
+    """``machine`` that adds each run's real seconds (its fresh world to its teardown) to ``runs``.
+
+    An adapter moves the system's clock by a tick per model tick and assumes
+    that the real time between two of its calls stays well under a tick; a run
+    longer than a tick breaks that assumption (``TargetReport.assumption_violated``).
+    """
+
+    class TimedMachine(machine):
+        def __init__(self) -> None:
+            self.started = time.perf_counter()
+            super().__init__()
+
+        def teardown(self) -> None:
+            try:
+                super().teardown()
+            finally:
+                runs.append(time.perf_counter() - self.started)
+
+    TimedMachine.__name__ = TimedMachine.__qualname__ = machine.__name__
+    return TimedMachine
 
 
 def _with_violations(report: PolicyReport, found) -> None:
