@@ -336,6 +336,12 @@ def load_target(path: Path) -> TargetRun:
     if "target" not in data:
         raise BadInput(f"{path}: found on fence's model, not on a target; fence replay {path} plays it on threads")
     record = _target_record(path, data)
+    from fence._plugins import UNIMPORTABLE
+
+    if record.spec is not None and record.spec.startswith(UNIMPORTABLE):
+        raise BadInput(f"{path}: found on target {record.row}, passed to fence.testing as an object fence cannot "
+                       f"find again ({record.spec.removeprefix(UNIMPORTABLE)}); define the Target at a module's top "
+                       "level, or replay it from the test that found it")
     if record.spec is not None:
         target = load_target_spec(record.spec)
     elif record.row in TARGETS:

@@ -86,7 +86,7 @@ def server_options(parser) -> None:
 
 def chosen_targets(args) -> list:
     """The rows ``--row`` and ``--target`` name (neither: every built-in row), each row name once."""
-    from fence._plugins import absolute, load_target
+    from fence._plugins import absolute, load_storage, load_target
     from fence.targets import TARGETS
 
     rows = [(TARGETS[name], None) for name in dict.fromkeys(args.row or ())]
@@ -103,6 +103,7 @@ def chosen_targets(args) -> list:
         if target.server is None:
             raise BadInput(f"target {target.row} ({named}) names no server: fence targets starts the one a row needs; "
                            "set server='postgres' or server='redis'")
+        load_storage(target)  # a storage that cannot be imported is one line before any server starts
     return rows
 
 
