@@ -13,6 +13,16 @@ the shortest counterexample of each violated row, replayed once more on a
 fresh database; and where the system moved differently from its model (the
 lockstep), replayed the same way.
 
+Rows are the built-in ones (``--row``) and a user's own (``--target
+MODULE:ATTR|FILE.py:ATTR``, a ``fence.targets.Target``); each row names its
+report line and its counterexample files (``ROW__POLICY__INVARIANT``, into
+``--out DIR``, else a fresh temporary directory), and each file records the
+target, so that ``fence replay FILE`` replays it on the real system
+(``replay_target``): the one replay loop (``fence._minimise.play``) on a world
+made from the target's storage, never on fence's model. A row whose longest
+Hypothesis run outlasted its adapter's tick (``Target.tick_seconds``) is told
+so under it: the adapter's model time no longer holds.
+
 Exit status: 0 when every guarded row is proved or not-found, having reached
 every danger, and every counterexample and lockstep finding replayed on a
 fresh database; 1 when a guarded row is violated (or the engines disagree), or
