@@ -277,7 +277,7 @@ def target_spec_of(target) -> str | None:
     """
     for name, module in list(sys.modules.items()):
         found = getattr(module, "__dict__", None)
-        if not found or name.startswith("fence.targets") and name != "fence.targets":
+        if not found:
             continue
         for attribute, value in list(found.items()):
             if value is target and not attribute.startswith("__"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -175,3 +176,40 @@ def test_each_shipped_rows_tick_is_its_adapters_tick(row):
         pytest.skip(f"{target.system} is not installed ({error})")
     assert target.tick_seconds == module.TICK_SECONDS
     assert TARGETS[f"{row}+guard"].tick_seconds == module.TICK_SECONDS
+
+
+@pytest.mark.redis
+def test_a_target_built_inside_a_function_is_checked_but_its_files_say_they_cannot_be_replayed(redis_url, tmp_path):
+    """A Target found at no module's top level: check_target judges it; its file and failure say why replay cannot."""
+    from dataclasses import replace
+
+    from fence._plugins import load_target
+
+    local = replace(load_target(f"{DESK}:FORGETFUL_DESK"), row="local-desk")
+    checked = check_target(local, redis_url, out=tmp_path)
+    with pytest.raises(AssertionError, match="fence replay cannot run these files: the target"):
+        checked.assert_not_found(BROKEN)
+    with pytest.raises(BadInput, match="cannot find again"):
+        replay_target(checked.replay_file(BROKEN), redis_url)
+
+
+@pytest.mark.parametrize("row", [pytest.param("procrastinate", marks=pytest.mark.postgres),
+                                 pytest.param("celery", marks=pytest.mark.redis)])
+def test_a_shipped_rows_counterexample_replays_on_its_library_by_fence_replay(row, request, tmp_path):
+    """check_target on a shipped row, then fence replay of its duplicate: broken again on that library's server."""
+    url = request.getfixturevalue("postgres_url" if row == "procrastinate" else "redis_url")
+    from fence.targets import TARGETS
+
+    try:
+        __import__(TARGETS[row].storage.rpartition(":")[0])
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the {row} target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"{row} is not installed ({error})")
+    checked = check_target(row, url, explore=False, out=tmp_path)
+    path = checked.replay_file("no_duplicate_writes")
+    assert path == tmp_path / f"{row}__naive__no_duplicate_writes.json"
+    option = "--postgres" if row == "procrastinate" else "--redis"
+    result = _fence("replay", str(path), option, url, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"target {row}," in result.stdout and f"BROKEN on the real system ({TARGETS[row].system} " in result.stdout
