@@ -20,8 +20,8 @@ report line and its counterexample files (``ROW__POLICY__INVARIANT``, into
 target, so that ``fence replay FILE`` replays it on the real system
 (``replay_target``): the one replay loop (``fence._minimise.play``) on a world
 made from the target's storage, never on fence's model. A row whose longest
-Hypothesis run outlasted its adapter's tick (``Target.tick_seconds``) is told
-so under it: the adapter's model time no longer holds.
+Hypothesis run outlasted half its adapter's tick (``Target.tick_seconds``, or
+its ledger's ``time``) is told so under it: the adapter's model time no longer holds.
 
 Exit status: 0 when every guarded row is proved or not-found, having reached
 every danger, and every counterexample and lockstep finding replayed on a
@@ -372,9 +372,9 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
         lines += [f"   {what}: {said}" for what, said in (("recovery", target.recovery), ("time", target.time)) if said]
         if report.assumption_violated:
             lines.append(f"   ADAPTER ASSUMPTION VIOLATED: {report.assumption_violated}")
-        elif target.tick_seconds is not None:
-            lines.append(f"   model time: one tick is {target.tick_seconds:g} s of the system's clock; the longest run "
-                         f"took {report.longest_run:.1f} s of real time, within one tick")
+        elif report.adapter_tick is not None:
+            lines.append(f"   model time: one tick is {report.adapter_tick:g} s of the system's clock; the longest run "
+                         f"took {report.longest_run:.1f} s of real time, within half a tick")
         explored = report.report.exploration
         if explored is not None:
             lines.append(f"   explorer: {_explorer_line(explored)}")

@@ -91,7 +91,7 @@ class Checked:
     replay_options: str = ""
     """For a target: what ``fence replay`` needs besides the file (``--postgres URL`` for a server you gave)."""
     assumption_violated: str | None = None
-    """For a target: a run took longer in real time than the tick its adapter assumes (``Target.tick_seconds``)."""
+    """For a target: a run took more real time than half the tick its adapter assumes (``Target.tick_seconds``)."""
 
     @property
     def policy(self) -> str:

@@ -55,7 +55,8 @@ def targets_run(outside, redis_url):
     """``fence targets`` on the desk and on the same desk claiming an impossible tick, into one directory."""
     out = outside / "found"
     result = _fence("targets", "--profile", "quick", "--target", "desk.py:FORGETFUL_DESK",
-                    "--target", "desk.py:IMPATIENT_DESK", "--redis", redis_url, "--out", str(out), cwd=outside)
+                    "--target", "desk.py:IMPATIENT_DESK", "--target", "desk.py:HURRIED_LEDGER_DESK", "--redis", redis_url,
+                    "--out", str(out), cwd=outside)
     return result, out
 
 
@@ -73,7 +74,7 @@ def test_fence_targets_finds_the_forgetful_desk_from_a_file_outside_the_reposito
     result, out = targets_run
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:3]}
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:4]}
     assert rows["forgetful-desk"][2].startswith("violated") and rows["impatient-desk"][2].startswith("violated")
     assert "DID NOT REPLAY" not in result.stdout
     # Two targets claiming one policy, in one directory: each row's file, neither overwritten.
@@ -86,11 +87,13 @@ def test_fence_targets_finds_the_forgetful_desk_from_a_file_outside_the_reposito
 
 @pytest.mark.redis
 def test_fence_targets_says_when_a_run_outlasts_the_adapters_tick(targets_run):
-    """The row whose adapter claims a nanosecond tick is told its assumption broke; the row that claims none is not."""
+    """A row whose adapter claims a nanosecond tick (the row's, or its ledger's time) is told its assumption broke;
+    the row that claims none is not."""
     result, _ = targets_run
-    impatient = result.stdout.split("== impatient-desk")[1]
-    forgetful = result.stdout.split("== forgetful-desk")[1].split("== impatient-desk")[0]
-    assert "ADAPTER ASSUMPTION VIOLATED: a run took" in impatient
+    forgetful, impatient, hurried = (result.stdout.split(f"== {row}")[1].split("\n== ")[0]
+                                     for row in ("forgetful-desk", "impatient-desk", "hurried-ledger-desk"))
+    assert "ADAPTER ASSUMPTION VIOLATED: a run took" in impatient and "half the 1e-09 s" in impatient
+    assert "ADAPTER ASSUMPTION VIOLATED: a run took" in hurried and "half the 1e-09 s" in hurried
     assert "ADAPTER ASSUMPTION VIOLATED" not in forgetful and "model time:" not in forgetful
     assert "impatient-desk: ADAPTER ASSUMPTION VIOLATED" in result.stderr
 

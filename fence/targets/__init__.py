@@ -109,9 +109,10 @@ class Target:
     time: str = ""
     """How fence moves the system's time without sleeping."""
     tick_seconds: float | None = None
-    """The real seconds one model tick stands for in the adapter (its model-time assumption): a run
-    that takes longer than this in real time may see the system's own clock move a tick the model
-    did not, and ``fence targets`` says so. None: the adapter states no such assumption."""
+    """The seconds of the system's clock one model tick stands for in the adapter (its model time). A
+    lease of L ticks is judged as a timeout of (L - 1/2) ticks, so the half tick must absorb the real
+    time a run takes: ``fence targets`` says when a run outlasted it. None: the ledger's own
+    ``time.tick_seconds`` (a ``ModelTime``), if it has one."""
     options: dict = field(default_factory=dict)
     """Keyword arguments for the storage."""
     extra: str = ""
@@ -288,16 +289,24 @@ class TargetReport:
     """The explorer's walks beyond its first bound (``judge_target``'s ``deeper``), in order."""
     longest_run: float = 0.0
     """Real seconds of the longest Hypothesis run, from its fresh world to its teardown."""
+    adapter_tick: float | None = None
+    """The seconds one model tick stands for (``Target.tick_seconds``, else the ledger's ``time``); None: unstated."""
 
     @property
     def assumption_violated(self) -> str | None:
-        """What a run longer than the adapter's tick (``Target.tick_seconds``) puts at risk, or None."""
-        tick = self.target.tick_seconds
-        if tick is None or self.longest_run <= tick:
+        """What a run longer than half the adapter's tick puts at risk, or None.
+
+        A lease of L ticks is a timeout of (L - 1/2) ticks of the system's clock
+        (``fence.targets.protocol.ModelTime.timeout``): a stamp written in a run
+        ages by the real seconds the run takes too, and once they reach half a
+        tick the system calls a lease expired a tick before the model does.
+        """
+        tick = self.adapter_tick
+        if tick is None or self.longest_run <= tick / 2:
             return None
-        return (f"a run took {self.longest_run:.1f} s of real time, longer than the {tick:g} s one model tick "
-                f"stands for in this adapter: the system's own clock may have moved a tick the model did not, "
-                f"so a verdict may be about time the model never saw; lengthen the adapter's tick")
+        return (f"a run took {self.longest_run:.1f} s of real time, more than half the {tick:g} s one model tick "
+                f"stands for in this adapter: the system's clock may call a lease expired a tick before the model "
+                f"does, so a verdict may be about time the model never saw; lengthen the adapter's tick")
 
     @property
     def lockstep_findings(self) -> list:
@@ -344,6 +353,7 @@ def judge_target(
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
     runs: list[float] = []
+    ticks: list[float] = []
     results = []
     report = None
     walks = []
@@ -357,7 +367,7 @@ def judge_target(
                         machine, lambda: World(target.policy, config), record=recorded,
                         same_story=without_refusal_reasons,
                     )
-                return _timed(machine, runs)
+                return _timed(machine, runs, ticks)
 
             results.append(survey_config(
                 target.policy, config, run_settings=run_settings,
@@ -375,21 +385,26 @@ def judge_target(
                 walks.append(walk)
     finally:
         storage.close()
-    return TargetReport(target, report, found, walks, max(runs, default=0.0))
+    tick = target.tick_seconds if target.tick_seconds is not None else min(ticks, default=None)
+    return TargetReport(target, report, found, walks, max(runs, default=0.0), tick)
 
 
-def _timed(machine: type, runs: list[float]) -> type:
+def _timed(machine: type, runs: list[float], ticks: list[float]) -> type:
     """``machine`` that adds each run's real seconds (its fresh world to its teardown) to ``runs``.
 
     An adapter moves the system's clock by a tick per model tick and assumes
-    that the real time between two of its calls stays well under a tick; a run
-    longer than a tick breaks that assumption (``TargetReport.assumption_violated``).
+    that the real time a run takes stays within half a tick
+    (``TargetReport.assumption_violated``). The tick a ledger states itself
+    (its ``time.tick_seconds``) goes to ``ticks``.
     """
 
     class TimedMachine(machine):
         def __init__(self) -> None:
             self.started = time.perf_counter()
             super().__init__()
+            tick = getattr(getattr(self.world.ledger, "time", None), "tick_seconds", None)
+            if isinstance(tick, (int, float)) and tick > 0:
+                ticks.append(tick)
 
         def teardown(self) -> None:
             try:

@@ -78,12 +78,23 @@ class ForgetfulDesk:
         return frozenset(payloads.items()), frozenset((a.decode(), s.decode()) for a, s in attempts.items())
 
 
-class ForgetfulDeskStorage:
-    """The target's storage: one Redis connection; every world starts with the desk's keys deleted."""
+class Ticks:
+    """How long a model tick is on the server's clock: what a ledger's ``time`` says (a ``ModelTime`` has it)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, tick_seconds: float) -> None:
+        self.tick_seconds = tick_seconds
+
+
+class ForgetfulDeskStorage:
+    """The target's storage: one Redis connection; every world starts with the desk's keys deleted.
+
+    ``tick_seconds``: the ledger states that a model tick is that long (its ``time``).
+    """
+
+    def __init__(self, url: str, tick_seconds: float | None = None) -> None:
         self.client = redis.Redis.from_url(url)
         self.client.ping()
+        self.tick_seconds = tick_seconds
 
     def destination_factory(self, guards: Guards) -> ForgetfulDesk:
         keys = self.client.keys(PREFIX + "*")
@@ -92,7 +103,10 @@ class ForgetfulDeskStorage:
         return ForgetfulDesk(self.client, guards)
 
     def ledger_factory(self, capacity: int) -> Ledger:
-        return Ledger(capacity)
+        ledger = Ledger(capacity)
+        if self.tick_seconds is not None:
+            ledger.time = Ticks(self.tick_seconds)
+        return ledger
 
     def versions(self) -> dict[str, str]:
         return {"redis-py": redis.__version__, "redis server": self.client.info()["redis_version"]}
@@ -117,6 +131,12 @@ IMPATIENT_DESK = Target(
     time="claims a tick is a nanosecond of real time: every run is longer (fence targets says so)",
 )
 """The same desk, with an adapter assumption no run can keep: a tick of a nanosecond."""
+
+HURRIED_LEDGER_DESK = Target(
+    row="hurried-ledger-desk", system="redis", policy="abandon-fenced", storage=f"{__file__}:ForgetfulDeskStorage",
+    server="redis", options={"tick_seconds": 1e-9},
+)
+"""The same, with the nanosecond tick stated by its ledger's ``time`` instead of the row."""
 
 NOT_A_TARGET = "forgetful-desk"
 """Not a Target: ``fence targets --target`` refuses it in one line."""
