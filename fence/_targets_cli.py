@@ -110,9 +110,10 @@ def chosen_targets(args) -> list:
             raise BadInput(f"two targets are named {target.row!r} ({seen[target.row]} and {named}): a row names its "
                            "report line and its files, so give each target a row of its own")
         seen[target.row] = named
-        if target.server is None:
-            raise BadInput(f"target {target.row} ({named}) names no server: fence targets starts the one a row needs; "
-                           "set server='postgres' or server='redis'")
+        problem = target.server_problem()
+        if problem:  # fence targets starts every row's server: it takes one URL per kind, not per row
+            raise BadInput(f"target {target.row} ({named}) {problem.split(':')[0]}; fence targets starts the server "
+                           "each row needs, so name one fence starts")
         load_storage(target)  # a storage that cannot be imported is one line before any server starts
     return rows
 
@@ -269,10 +270,11 @@ def replay_target(path: Path, postgres: str | None = None, redis: str | None = N
     target = run.target
     given = {"postgres": postgres, "redis": redis}
     server = target.server
-    if server is None:
+    if target.server_problem():
         named = [kind for kind, url in given.items() if url]
         if len(named) != 1:
-            raise BadInput(f"{path}: target {target.row} names no server: pass its URL with --postgres URL or --redis URL")
+            raise BadInput(f"{path}: target {target.row} {target.server_problem().split(':')[0]}: pass its URL with "
+                           "--postgres URL or --redis URL")
         server = named[0]
     with servers(given) as url_of:
         url, where = url_of(server)

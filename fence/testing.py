@@ -314,8 +314,8 @@ def check_target(
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
     chosen, spec = _target(target)
-    if url is None and chosen.server is None:
-        raise BadInput(f"target {chosen.row} names no server (Target.server): pass its URL to check_target")
+    if url is None and chosen.server_problem():
+        raise BadInput(f"target {chosen.row} {chosen.server_problem()} to check_target")
     examples, steps, configs = TARGET_PROFILES[profile]
     with servers({} if url is None else {chosen.server: url}) as url_of:
         found = judge_target(chosen, url if url is not None else url_of(chosen.server)[0], configs=configs,
@@ -362,7 +362,7 @@ def replay_target(path: str | Path, url: str | None = None):
 
     run = _counterexample.load_target(Path(path))
     server = run.target.server
-    if url is not None and server is None:
+    if url is not None and run.target.server_problem():
         server = "redis" if url.startswith(("redis://", "rediss://", "unix://")) else "postgres"
     given = {server: url} if url is not None else {}
     return replay(Path(path), postgres=given.get("postgres"), redis=given.get("redis"))

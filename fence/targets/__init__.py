@@ -102,8 +102,8 @@ class Target:
     """``MODULE:ATTR`` or ``FILE.py:ATTR`` of a callable (url, **options) -> storage with
     ``destination_factory``, ``ledger_factory`` and ``close`` (``versions`` if it can say them)."""
     server: str | None = None
-    """The server it needs (``postgres``, ``redis``), started by the project's scripts when no URL
-    is given; None: the caller always gives the URL."""
+    """The server it needs, started by the project's scripts when no URL is given (``postgres``,
+    ``redis``); None, or another name: the caller always gives the URL."""
     recovery: str = ""
     """What the system does with a lease that ran out, in its own words."""
     time: str = ""
@@ -140,13 +140,19 @@ class Target:
         problem = storage_spec_problem(self.storage)
         if problem:
             return f"storage {problem}"
-        if self.server is not None and self.server not in SERVERS:
-            return f"server {self.server!r} is not one fence starts; use one of {', '.join(SERVERS)}, or None"
         if self.tick_seconds is not None and not (
                 isinstance(self.tick_seconds, (int, float)) and self.tick_seconds > 0):
             return f"tick_seconds must be a positive number of seconds, not {self.tick_seconds!r}"
         if not isinstance(self.options, dict):
             return f"options must be a dict of keyword arguments for the storage, not {type(self.options).__name__}"
+        return None
+
+    def server_problem(self) -> str | None:
+        """Why fence cannot start this target's server itself (it needs a URL given), or None."""
+        if self.server is None:
+            return "names no server (server='postgres' or 'redis'): pass its URL"
+        if self.server not in SERVERS:
+            return f"server {self.server!r} is not one fence starts ({', '.join(SERVERS)}): pass its URL"
         return None
 
     def open(self, url: str):
@@ -352,8 +358,7 @@ def judge_target(
     """
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
-    runs: list[float] = []
-    ticks: list[float] = []
+    clock = RunClock()
     results = []
     report = None
     walks = []
@@ -362,18 +367,17 @@ def judge_target(
             recorded = found[config] = Differences()
 
             def wrap(machine: type, recorded=recorded, config=config) -> type:
-                if lockstep:
-                    machine = lockstep_machine(
-                        machine, lambda: World(target.policy, config), record=recorded,
-                        same_story=without_refusal_reasons,
-                    )
-                return _timed(machine, runs, ticks)
+                return lockstep_machine(
+                    machine, lambda: World(target.policy, config), record=recorded,
+                    same_story=without_refusal_reasons,
+                )
 
             results.append(survey_config(
                 target.policy, config, run_settings=run_settings,
-                destination_factory=storage.destination_factory, ledger_factory=storage.ledger_factory,
-                wrap_machine=wrap,
+                destination_factory=storage.destination_factory, ledger_factory=clock.timed(storage.ledger_factory),
+                wrap_machine=wrap if lockstep else None,
             ))
+            clock.stop()
         report = combine(target.policy, results)
         if explore and target.explorable:
             exploration = explore_target(target, storage, explorer_bound, faithfulness=faithfulness,
@@ -385,35 +389,43 @@ def judge_target(
                 walks.append(walk)
     finally:
         storage.close()
-    tick = target.tick_seconds if target.tick_seconds is not None else min(ticks, default=None)
-    return TargetReport(target, report, found, walks, max(runs, default=0.0), tick)
+    tick = target.tick_seconds if target.tick_seconds is not None else clock.tick
+    return TargetReport(target, report, found, walks, clock.longest, tick)
 
 
-def _timed(machine: type, runs: list[float], ticks: list[float]) -> type:
-    """``machine`` that adds each run's real seconds (its fresh world to its teardown) to ``runs``.
+class RunClock:
+    """The real seconds of the machines' runs on a target, each from its fresh world to the next one's.
 
-    An adapter moves the system's clock by a tick per model tick and assumes
-    that the real time a run takes stays within half a tick
-    (``TargetReport.assumption_violated``). The tick a ledger states itself
-    (its ``time.tick_seconds``) goes to ``ticks``.
+    It wraps the storage's ledger factory, not the machine: Hypothesis seeds a
+    derandomised run from the machine class's source, so a class of our own
+    around the machine would change every target's draws. A run is timed from
+    its world's ledger to the next run's (or ``stop``), the Hypothesis work
+    between two runs included, so the figure errs long. A ledger that states its
+    tick (its ``time.tick_seconds``, a ``ModelTime``) is heard here too.
     """
 
-    class TimedMachine(machine):
-        def __init__(self) -> None:
-            self.started = time.perf_counter()
-            super().__init__()
-            tick = getattr(getattr(self.world.ledger, "time", None), "tick_seconds", None)
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.tick: float | None = None
+        self._started: float | None = None
+
+    def timed(self, ledger_factory):
+        def fresh_ledger(capacity: int):
+            self.stop()
+            self._started = time.perf_counter()
+            ledger = ledger_factory(capacity)
+            tick = getattr(getattr(ledger, "time", None), "tick_seconds", None)
             if isinstance(tick, (int, float)) and tick > 0:
-                ticks.append(tick)
+                self.tick = tick if self.tick is None else min(self.tick, tick)
+            return ledger
 
-        def teardown(self) -> None:
-            try:
-                super().teardown()
-            finally:
-                runs.append(time.perf_counter() - self.started)
+        return fresh_ledger
 
-    TimedMachine.__name__ = TimedMachine.__qualname__ = machine.__name__
-    return TimedMachine
+    def stop(self) -> None:
+        """The run under way (if any) ends now."""
+        if self._started is not None:
+            self.longest = max(self.longest, time.perf_counter() - self._started)
+            self._started = None
 
 
 def _with_violations(report: PolicyReport, found) -> None:
