@@ -111,7 +111,7 @@ from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
 from fence._restore import Restorer
 from fence.guard import Guard
-from fence.targets._common import TargetLedger, TargetStorage
+from fence.targets.protocol import TargetLedger, TargetStorage
 
 TICK_SECONDS = 600.0
 """How much of Redis time one model tick is."""

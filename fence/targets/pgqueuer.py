@@ -91,7 +91,7 @@ from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
 from fence._restore import Restorer
 from fence.guard import Guard, GuardedAttempt
-from fence.targets._common import TargetLedger, TargetStorage
+from fence.targets.protocol import TargetLedger, TargetStorage
 
 TICK_SECONDS = 60.0
 """How much of the database's clock one model tick is."""
