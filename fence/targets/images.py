@@ -33,12 +33,13 @@ from __future__ import annotations
 import json
 import math
 import time as wall
+from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
 from fence._errors import BackendError
-from fence.targets.protocol import ModelTime
+from fence.targets.protocol import ModelTime, Restorer
 
 
 # -- Redis ----------------------------------------------------------------------------------
@@ -61,6 +62,11 @@ def _names(names: Iterable[str | bytes]) -> frozenset[bytes]:
     return frozenset(name.encode() if isinstance(name, str) else name for name in names)
 
 
+def _timed(name: bytes, timestamps: frozenset[bytes]) -> bool:
+    """Is ``name`` one of ``timestamps``, a key name or a glob pattern (``started:*``: one set per job key)?"""
+    return name in timestamps or any(fnmatchcase(name, pattern) for pattern in timestamps)
+
+
 _READERS = {
     "list": lambda pipe, name: pipe.lrange(name, 0, -1),
     "hash": lambda pipe, name: pipe.hgetall(name),
@@ -74,7 +80,8 @@ def dump_redis(client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (
     """Every key of the client's database as a ``RedisImage`` (two pipelined round trips).
 
     ``timestamps`` names the sorted sets whose scores are instants (seconds of
-    the server's clock) the system compares with its clock: kept as ticks ago.
+    the server's clock) the system compares with its clock, by name or glob
+    pattern: kept as ticks ago.
     """
     timed = _names(timestamps)
     names = sorted(client.keys("*"))
@@ -102,7 +109,7 @@ def dump_redis(client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (
         elif kind == "set":
             value = tuple(sorted(value))
         elif kind == "zset":
-            if name in timed:
+            if _timed(name, timed):
                 value = tuple((member, time.ticks(now - score)) for member, score in value)
             else:
                 value = tuple(value)
@@ -124,7 +131,7 @@ def load_redis(client, image: RedisImage, time: ModelTime, *, timestamps: Iterab
             elif kind == "set":
                 pipe.sadd(name, *value)
             elif kind == "zset":
-                if name in timed:
+                if _timed(name, timed):
                     pipe.zadd(name, {member: now - time.seconds(ticks) for member, ticks in value})
                 else:
                     pipe.zadd(name, dict(value))
@@ -172,7 +179,8 @@ class RedisDatabase:
 
     def move_time(self, ticks: float) -> None:
         """Model time on by ``ticks``: every timestamp set's scores that much earlier, every TTL that much shorter."""
-        self._move_back(keys=sorted(self.timestamps), args=[self.time.seconds(ticks)])
+        names = {name for pattern in self.timestamps for name in self.client.keys(pattern)}
+        self._move_back(keys=sorted(names), args=[self.time.seconds(ticks)])
 
     def snapshot(
         self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
@@ -190,12 +198,44 @@ class RedisDatabase:
         for name, kind, value in image.keys:
             if leave_out and name.startswith(leave_out):
                 continue
-            if kind == "zset" and name in self.timestamps:
+            if kind == "zset" and _timed(name, self.timestamps):
                 value = tuple((member, now - ticks) for member, ticks in value)
             value = canonical(value)
             entry = (canonical(name), kind, tuple(sorted(value)) if kind in ("hash", "set", "zset") else value)
             keys.append(entry + ((now + ttls[name],) if name in ttls else ()))
         return tuple(sorted(keys))
+
+
+class RedisSession:
+    """A target's session on one Redis database: a client, its ``RedisDatabase`` and the ``Restorer``.
+
+    What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``);
+    a target adds its library's handle on ``client``.
+    """
+
+    def __init__(self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
+        try:
+            self.client.ping()
+        except redis.RedisError as error:
+            self.client.close()
+            raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
+        self.database = RedisDatabase(self.client, time, timestamps=timestamps)
+        self.restorer = Restorer()
+        """Which ledger's image the database holds (``fence._restore``)."""
+
+    def empty(self) -> None:
+        """Empty the database for a fresh world (the ledger using it keeps its image)."""
+        self.restorer.release()
+        self.database.empty()
+
+    def versions(self) -> dict[str, str]:
+        return {"redis": self.client.info("server")["redis_version"]}
+
+    def close(self) -> None:
+        self.client.close()
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -309,5 +349,5 @@ class PostgresTables:
         return ";\n".join(statements)
 
 
-__all__ = ["MOVE_BACK", "PostgresTables", "RedisDatabase", "RedisImage", "SchemaImage", "dump_redis", "literal",
+__all__ = ["MOVE_BACK", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession", "SchemaImage", "dump_redis", "literal",
            "load_redis"]
