@@ -96,12 +96,6 @@ class JobListLedger(TargetLedger):
         self._finished_by: dict[int, Move] = {}  # the job list keeps no result: which confirm finished a job
         self._restoring(session.restorer)
 
-    def dump(self):
-        return self._session.database.dump()
-
-    def load(self, image) -> None:
-        self._session.database.load(image)
-
     def snapshot(self) -> tuple:
         database = self._session.database
         return (tuple(self._takes.values()), database.snapshot(self.image(), self._now), tuple(sorted(self._enqueued)),

@@ -272,7 +272,7 @@ def judge_target(
     fresh databases, the row combined with its dangers), with the lockstep
     mirror added to each run's machine. Then, unless ``explore`` is False or
     the target is not ``explorable``, the exhaustive explorer walks ``explorer_bound`` on the same storage (its
-    ledger and destination are restorable, ``fence._restore``: copies take turns
+    ledger and destination are restorable, ``fence.targets.protocol``: copies take turns
     on the database), with its ``FaithfulnessCheck`` replaying ``faithfulness``
     (new states, merges) on emptied tables; ``with_explorer`` combines the two
     engines' words per cell as ``fence check`` does. A budget that runs out

@@ -78,7 +78,7 @@ Time moves without sleeping: a model tick is ``TICK_SECONDS`` of Redis time,
 and moving the clock on moves every delivery time in ``unacked_index`` back by
 that much (ZINCRBY): the only writes fence makes to kombu's keys itself, with
 the FLUSHDB that empties the database for each world and the explorer's
-restores (the ledger is restorable, ``fence._restore``: its ``Image`` is every
+restores (the ledger is restorable, ``fence.targets.protocol``: its ``Image`` is every
 key, delivery times as ticks; its ``snapshot()`` names delivery tags and task
 ids by rank). A lease
 of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``: the
@@ -228,7 +228,7 @@ def recover_expired(
     return settled
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
 Image = RedisImage
 """Every key of the session's Redis database; the delivery times in kombu's ``unacked_index`` as
 ticks ago. Delivery tags and task ids are kept as they are (kombu and celery answer with them);
@@ -278,7 +278,7 @@ class _Delivery:
 class CeleryLedger(TargetLedger):
     """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session (its client
+    Restorable (``fence.targets.protocol``): its copies share the session (its client
     and kombu channels), each with its own ``Image`` of the Redis database,
     loaded before it next reaches it, and its own copy of each taken message's
     ack state; so the explorer copies it like any plug-in.
@@ -299,7 +299,7 @@ class CeleryLedger(TargetLedger):
         """What Redis answered since the last call that may change it."""
         self._restoring(session.restorer)  # the database as it is now: the storage emptied it
 
-    # -- the image (fence._restore) ---------------------------------------------------------
+    # -- the image (fence.targets.protocol) ---------------------------------------------------------
     def dump(self) -> Image:
         return dump_keys(self._session.client)
 
@@ -530,7 +530,7 @@ class Session:
         self._workers: dict[str, object] = {}
         self._janitors: dict[float, object] = {}
         self.restorer = Restorer()
-        """Which ledger's image the Redis database holds (fence._restore)."""
+        """Which ledger's image the Redis database holds (fence.targets.protocol)."""
         try:
             self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
             self.client.ping()

@@ -209,8 +209,9 @@ class RedisDatabase:
 class RedisSession:
     """A target's session on one Redis database: a client, its ``RedisDatabase`` and the ``Restorer``.
 
-    What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``);
-    a target adds its library's handle on ``client``.
+    What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
+    and what ``TargetLedger`` dumps and loads by; a target adds its library's
+    handle on ``client``.
     """
 
     def __init__(self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> None:
@@ -225,6 +226,12 @@ class RedisSession:
         self.database = RedisDatabase(self.client, time, timestamps=timestamps)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence._restore``)."""
+
+    def dump(self) -> RedisImage:
+        return self.database.dump()
+
+    def load(self, image: RedisImage) -> None:
+        self.database.load(image)
 
     def empty(self) -> None:
         """Empty the database for a fresh world (the ledger using it keeps its image)."""

@@ -59,7 +59,7 @@ back by that much. A lease of L ticks is a ``heartbeat_timeout`` of
 time between two statements, so a job is stale from the tick its lease runs
 out, never a tick early or late. That is the only SQL of fence's own on
 pgqueuer's tables, with the ``TRUNCATE`` that empties them for each world and
-the explorer's restores: the ledger is restorable (``fence._restore``), its
+the explorer's restores: the ledger is restorable (``fence.targets.protocol``), its
 ``Image`` the queue table, its log and statistics and their id sequences
 (heartbeats as ticks), its ``snapshot()`` that image with each queue manager
 named by rank.
@@ -226,7 +226,7 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
     return guard.attempt(key_of(job), attempt_id(job, pick))
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
 TIMES_AS_TICKS = ("heartbeat", "execute_after")
 """The queue rows' instants the dequeue compares with ``NOW()``: kept as whole ticks before the clock."""
 Image = SchemaImage
@@ -262,7 +262,7 @@ class _Pick:
 class PgqueuerLedger(TargetLedger):
     """fence.Ledger's interface on pgqueuer's queue table (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session, each with its
+    Restorable (``fence.targets.protocol``): its copies share the session, each with its
     own ``Image`` of pgqueuer's tables, loaded before it next reaches them; so
     the explorer copies it like any plug-in.
     """
@@ -279,13 +279,6 @@ class PgqueuerLedger(TargetLedger):
         self._stale: set[tuple[int, uuid.UUID]] | None = None
         """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
-
-    # -- the image (fence._restore) ---------------------------------------------------------
-    def dump(self) -> Image:
-        return self._session.dump()
-
-    def load(self, image: Image) -> None:
-        self._session.load(image)
 
     # -- talking to pgqueuer -----------------------------------------------------------
     @property
@@ -500,7 +493,7 @@ class Session:
             self.close()
             raise BackendError(f"{url}: cannot open pgqueuer there ({str(error).strip().splitlines()[0]})") from None
         self.restorer = Restorer()
-        """Which ledger's image pgqueuer's tables hold (fence._restore)."""
+        """Which ledger's image pgqueuer's tables hold (fence.targets.protocol)."""
         self._dump_query = self.image.dump_query(self.sequences)
 
     def run(self, coroutine):

@@ -176,7 +176,7 @@ async def recover_stalled_jobs(app: procrastinate.App, guard: Guard, *, seconds_
     return settled
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
 TABLES_IMAGE = PostgresTables(
     IMAGE_TABLES, TIME, timed={"procrastinate_workers": {"last_heartbeat": "heartbeat_ticks_ago"}},
     identity=("procrastinate_workers",), refilled_by_triggers=("procrastinate_events",), cascade=True,
@@ -208,7 +208,7 @@ class _Fetch:
 class ProcrastinateLedger(TargetLedger):
     """fence.Ledger's interface on procrastinate's job table (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session, each with its
+    Restorable (``fence.targets.protocol``): its copies share the session, each with its
     own ``Image`` of procrastinate's tables, loaded before it next reaches them;
     so the explorer copies it like any plug-in.
     """
@@ -222,13 +222,6 @@ class ProcrastinateLedger(TargetLedger):
         self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
         """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
-
-    # -- the image (fence._restore) ---------------------------------------------------------
-    def dump(self) -> Image:
-        return self._session.dump()
-
-    def load(self, image: Image) -> None:
-        self._session.load(image)
 
     # -- talking to procrastinate ------------------------------------------------------
     def _forget_reads(self) -> None:
@@ -411,7 +404,7 @@ class Session:
             self.close()
             raise BackendError(f"{url}: cannot open procrastinate there ({refusal(error)})") from None
         self.restorer = Restorer()
-        """Which ledger's image procrastinate's tables hold (fence._restore)."""
+        """Which ledger's image procrastinate's tables hold (fence.targets.protocol)."""
         self._dump_query = TABLES_IMAGE.dump_query(self.sequences)
 
     def run(self, coroutine):

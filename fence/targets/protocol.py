@@ -170,7 +170,8 @@ class TargetLedger(Restorable):
     A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
     first and ``self._restoring(session.restorer)`` last in its constructor, and
     implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``,
-    ``_move_clock``, ``reserve``, ``apply``, ``snapshot``, ``dump`` and ``load``.
+    ``_move_clock``, ``reserve``, ``apply`` and ``snapshot``; ``dump`` and ``load`` are the
+    session's (``images.RedisSession`` has them) unless it overrides them.
     """
 
     SHARED = ("_session",)
@@ -206,6 +207,14 @@ class TargetLedger(Restorable):
         raise NotImplementedError
 
     # -- the server ----------------------------------------------------------------------------
+    def dump(self) -> object:
+        """Everything this ledger keeps on the server, as one value: the session's ``dump()`` by default."""
+        return self._session.dump()
+
+    def load(self, image: object) -> None:
+        """Make the server hold exactly ``image``: the session's ``load(image)`` by default."""
+        self._session.load(image)
+
     def _reading(self) -> None:
         """Before a call that reads the server: it holds this copy's image."""
         self._restorer.claim(self)
