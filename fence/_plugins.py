@@ -6,8 +6,8 @@ The three plug-in protocols (see the README's "Bring your own"):
 * a destination factory: called with the policy's ``Guards``, returns a
   ``fence.Destination``,
 * a ledger factory: called with the capacity, returns a ledger with
-  ``fence.Ledger``'s methods (reserve, get, reservations, expired, current,
-  apply, owner_move, free, snapshot).
+  ``fence.Ledger``'s members (``fence._protocol.LEDGER_METHODS`` and
+  ``LEDGER_PROPERTIES``: the one list of them).
 
 A module loaded from a file is registered in ``sys.modules`` under a name made
 from its path, so that its classes pickle by reference: worker processes
@@ -29,8 +29,7 @@ from fence._destination import Guards
 from fence._errors import BadInput
 from fence._policies import POLICIES, JanitorPolicy, policy_problem
 
-LEDGER_METHODS = ("reserve", "get", "reservations", "expired", "current", "apply", "owner_move")
-DESTINATION_METHODS = ("register", "commit", "lookup", "attempt_state", "abandon_unless_committed", "effects")
+from fence._protocol import missing_members
 
 
 @dataclass(frozen=True)
@@ -152,12 +151,12 @@ def _forgot_dataclass(cls: type) -> str | None:
     return None
 
 
-def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], sample):
-    return checked_factory(load_attribute(spec, what), repr(spec), what, argument, methods, sample)
+def _factory(spec: str, what: str, argument: str, sample):
+    return checked_factory(load_attribute(spec, what), repr(spec), what, argument, sample)
 
 
-def checked_factory(factory, label: str, what: str, argument: str, methods: tuple[str, ...], sample):
-    """``factory`` if calling it with ``sample`` makes an object with the protocol's ``methods``."""
+def checked_factory(factory, label: str, what: str, argument: str, sample):
+    """``factory`` if calling it with ``sample`` makes an object with every member of ``what``'s protocol."""
     if not callable(factory):
         raise BadInput(f"{what} {label} must be a class or function taking {argument}")
     try:
@@ -166,7 +165,7 @@ def checked_factory(factory, label: str, what: str, argument: str, methods: tupl
         raise BadInput(f"{what} {label}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
     if made is None:
         raise BadInput(f"{what} {label} returned None when called with {argument}; it must return the {what} it made")
-    missing = [name for name in methods if not callable(getattr(made, name, None))]
+    missing = missing_members(made, what)
     if missing:
         raise BadInput(f"{what} {label} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
     return factory
@@ -190,9 +189,9 @@ def checked_ledger(factory, label: str):
     return checked_factory(factory, label, *_LEDGER_PROTOCOL)
 
 
-# (what, what it is called with, the methods what it makes must have, a sample argument)
-_DESTINATION_PROTOCOL = ("destination", "the policy's Guards", DESTINATION_METHODS, Guards())
-_LEDGER_PROTOCOL = ("ledger", "the capacity (an int)", LEDGER_METHODS, 1)
+# (what, what it is called with, a sample argument); the members it must have: fence._protocol.MEMBERS
+_DESTINATION_PROTOCOL = ("destination", "the policy's Guards", Guards())
+_LEDGER_PROTOCOL = ("ledger", "the capacity (an int)", 1)
 
 
 UNIMPORTABLE = "unimportable:"

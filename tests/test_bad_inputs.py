@@ -488,3 +488,13 @@ def test_a_closed_pipe_exits_141_quietly(argv, tmp_path):
         os.close(writer)
     assert done.returncode == 141, done.stderr
     assert [line for line in done.stderr.splitlines() if not line.startswith("depth ")] == [], done.stderr
+
+
+@pytest.mark.parametrize("argv", [["bogus"], ["naive", "extra"]], ids=["unknown-policy", "two-words"])
+def test_the_agent_fleet_example_refuses_a_bad_policy_in_one_line(argv):
+    """`python examples/agent_fleet.py bogus` names the policies it knows, exit 2, no traceback, no fleet run."""
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "agent_fleet.py"), *argv],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "abandon-fenced" in done.stderr, done.stderr

@@ -165,22 +165,6 @@ def test_rows_and_targets_are_chosen_as_the_options_say():
         pytest.skip(str(error))
 
 
-@pytest.mark.parametrize("row", ["procrastinate", "pgqueuer", "celery"])
-def test_each_shipped_rows_tick_is_its_adapters_tick(row):
-    """Target.tick_seconds of a shipped row is the TICK_SECONDS its adapter moves the system's clock by."""
-    import importlib
-
-    from fence.targets import TARGETS
-
-    target = TARGETS[row]
-    try:
-        module = importlib.import_module(target.storage.rpartition(":")[0])
-    except ImportError as error:
-        pytest.skip(f"{target.system} is not installed ({error})")
-    assert target.tick_seconds == module.TICK_SECONDS
-    assert TARGETS[f"{row}+guard"].tick_seconds == module.TICK_SECONDS
-
-
 @pytest.mark.redis
 def test_a_target_built_inside_a_function_is_checked_but_its_files_say_they_cannot_be_replayed(redis_url, tmp_path):
     """A Target found at no module's top level: check_target judges it; its file and failure say why replay cannot."""
@@ -216,3 +200,27 @@ def test_a_shipped_rows_counterexample_replays_on_its_library_by_fence_replay(ro
     result = _fence("replay", str(path), option, url, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"target {row}," in result.stdout and f"BROKEN on the real system ({TARGETS[row].system} " in result.stdout
+
+
+@pytest.mark.parametrize("row", [pytest.param("procrastinate", marks=pytest.mark.postgres),
+                                 pytest.param("celery", marks=pytest.mark.redis)])
+def test_a_shipped_rows_tick_is_heard_from_its_ledgers_time(row, request):
+    """The shipped rows state no tick: the run clock takes it from each fresh ledger's time (its TICK_SECONDS)."""
+    import importlib
+
+    from fence.targets import TARGETS, RunClock
+
+    target = TARGETS[row]
+    try:
+        module = importlib.import_module(target.storage.rpartition(":")[0])
+    except ImportError as error:
+        pytest.skip(f"{row} is not installed ({error})")
+    assert target.tick_seconds is None
+    storage = target.open(request.getfixturevalue("postgres_url" if row == "procrastinate" else "redis_url"))
+    try:
+        clock = RunClock()
+        storage.destination_factory(target.policy.guards)
+        clock.timed(storage.ledger_factory)(1)
+    finally:
+        storage.close()
+    assert clock.tick == module.TICK_SECONDS

@@ -21,44 +21,36 @@ system, next to the verdicts.
 
 Each target also says how it moves time without sleeping (procrastinate: its
 workers' heartbeat timestamps are moved back in the database; pgqueuer: its
-jobs' heartbeats) and which
-server it needs, started through the project's own scripts
-(``fence/_scripts/postgres.sh``, ``fence/_scripts/redis.sh``).
+jobs' heartbeats; celery: kombu's delivery times) and which server it needs,
+started through the project's own scripts (``fence/_scripts/postgres.sh``,
+``fence/_scripts/redis.sh``).
 
-Both engines run on a target. The exhaustive explorer copies worlds, and a
-ledger in a database cannot be copied, but it can be restored
-(``fence._restore``). A target's ledger class implements two methods and
-inherits ``fence._restore.Restorable``:
+Writing a target of your own needs only this package's public modules:
 
-``dump() -> image``
-    everything the ledger keeps on the server, as one immutable in-memory value
-    (the target's rows, the sequences or counters that decide the next ids,
-    time kept as whole ticks before the server's clock, never as instants);
-``load(image)``
-    make the server hold exactly that image, whatever it held before.
+``fence.targets.protocol``
+    the target ledger protocol with every required member, the base classes
+    ``TargetLedger`` and ``TargetStorage`` (a ledger from four methods of
+    yours: its records, a record's state, the system's expiry query, its
+    completion call), ``ModelTime`` (a tick in the server's seconds, a lease as
+    a timeout), the "accepted" helpers for systems that refuse nothing
+    (``only_if_it_moves``, ``refused_unless``), the rule that one janitor call
+    touches one reservation, and the restore machinery the explorer copies a
+    ledger by (``Restorable``, ``Restorer``, ``reads``, ``writes``);
+``fence.targets.images``
+    dump, load and snapshot of a Redis database (``RedisDatabase``,
+    ``RedisSession``) and of PostgreSQL tables with their sequences
+    (``PostgresTables``), time kept as ticks.
 
-It marks each call that reaches the server (``Restorer.claim`` before a read;
-``claim`` and ``changing`` before a write, as ``ProcrastinateLedger._run``
-does, or the ``reads``/``writes`` decorators), names its connection in
-``SHARED``, and calls ``self._restoring(restorer)`` at the end of its
-constructor, with one ``Restorer`` per connection made by the storage, whose
-fresh-world factory calls ``restorer.release()`` before it empties the
-server. Its ``snapshot()`` must then hold everything that decides its next
-answers, canonicalised only where equal states differ (ids that depend on the
-path taken, an instant): the explorer merges states by it, and its
+``examples/redis_job_list.py`` is such a target, outside fence, in about a
+hundred lines; ``fence.testing.check_target`` runs your ``Target`` as it runs a
+row of ``TARGETS``. The shipped rows are written the same way, so every one is
+explorable: the explorer restores each copy's image before it reaches the
+server, keys states by the ledger's ``snapshot()``, and its
 ``FaithfulnessCheck`` replays paths on an emptied server to catch a snapshot
-that drops too much or an image that forgets something. fence's destination
-beside the target is restorable already (``fence.backends._restoring``, on
-the storage's ``ModelStorage``). pgqueuer implements the two methods on its
-tables as procrastinate does (the queue table, its log and statistics, their
-sequences; queue managers by rank in the snapshot); celery with Redis reads
-every key's values back (delivery times as ticks; no key it drives has an
-expiry) and loads them after a ``FLUSHDB`` of its own database number, its
-destination being fence's in-memory one, copied as any plug-in. Every row is
-explorable.
+that drops too much or an image that forgets something.
 
-A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
-targets`` prints them. Importing this package does not import any job system:
+A target row is a ``Target``; ``TARGETS`` lists the shipped rows in the order
+``fence targets`` prints them. Importing this package does not import any job system:
 each target's module is imported when its storage is opened, so a missing
 library is one line (``BadInput``) naming the extra to install.
 """
@@ -78,6 +70,10 @@ from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
+from fence.targets.images import PostgresTables, RedisDatabase, RedisImage, RedisSession, SchemaImage
+from fence.targets.protocol import (
+    ModelTime, TargetLedger, TargetStorage, only_if_it_moves, refused_unless,
+)
 
 SERVERS = ("postgres", "redis")
 """The servers fence starts for a target (``fence/_scripts/postgres.sh``, ``redis.sh``)."""
@@ -118,7 +114,7 @@ class Target:
     extra: str = ""
     """The pip extra that installs the system (``pip install 'fence[EXTRA]'``)."""
     explorable: bool = False
-    """Its ledger and destination are restorable (``fence._restore``: ``dump``/``load``), so the
+    """Its ledger and destination are restorable (``fence.targets.protocol``: ``dump``/``load``), so the
     explorer can walk it too; until then only the machines judge it, and its cells say so."""
 
     def __post_init__(self) -> None:
@@ -173,7 +169,6 @@ TARGETS: dict[str, Target] = {
             "on the same row; the worker's finish_job(job) checks the job id and status only",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
-            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": False},
             extra="procrastinate",
@@ -188,7 +183,6 @@ TARGETS: dict[str, Target] = {
             "committed, then finish_job(succeeded), or finish_job(failed) and defer a fresh row",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
-            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": True},
             extra="procrastinate",
@@ -203,7 +197,6 @@ TARGETS: dict[str, Target] = {
             "the stale worker's log_jobs(job) and update_heartbeat are keyed by the job id alone",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
-            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": False},
             extra="pgqueuer",
@@ -218,7 +211,6 @@ TARGETS: dict[str, Target] = {
             "committed, then log_jobs(successful), or log_jobs(exception) and enqueue a fresh row",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
-            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
@@ -232,7 +224,6 @@ TARGETS: dict[str, Target] = {
             "queue under the same delivery tag; a worker's basic_ack removes that tag, whoever holds it now",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
-            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": False},
             extra="celery",
@@ -247,7 +238,6 @@ TARGETS: dict[str, Target] = {
             "basic_ack, or basic_reject and publish a fresh message (a new task id and delivery tag)",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
-            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": True},
             extra="celery",
@@ -346,7 +336,7 @@ def judge_target(
     fresh databases, the row combined with its dangers), with the lockstep
     mirror added to each run's machine. Then, unless ``explore`` is False or
     the target is not ``explorable``, the exhaustive explorer walks ``explorer_bound`` on the same storage (its
-    ledger and destination are restorable, ``fence._restore``: copies take turns
+    ledger and destination are restorable, ``fence.targets.protocol``: copies take turns
     on the database), with its ``FaithfulnessCheck`` replaying ``faithfulness``
     (new states, merges) on emptied tables; ``with_explorer`` combines the two
     engines' words per cell as ``fence check`` does. A budget that runs out
@@ -484,3 +474,10 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
         return
     with private_redis() as url:
         yield url, True
+
+
+__all__ = [
+    "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "ModelTime", "PostgresTables", "RedisDatabase", "RedisImage",
+    "RedisSession", "SchemaImage", "Target", "TargetLedger", "TargetReport", "TargetStorage", "explore_target",
+    "judge_target", "only_if_it_moves", "refused_unless",
+]
