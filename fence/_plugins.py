@@ -252,6 +252,13 @@ def load_target(spec: str):
     if ":" not in spec:
         known = f"; a built-in row is named with --row ({', '.join(TARGETS)})" if spec in TARGETS else ""
         raise BadInput(f"target {spec!r}: write it as MODULE:ATTR or FILE.py:ATTR naming a fence.targets.Target{known}")
+    module = spec.rpartition(":")[0]
+    if module.endswith(".py") and Path(module).is_file():
+        # As Python runs a script: its directory is searched too (last, so installed packages win), so
+        # that a storage named MODULE:ATTR beside the target's file imports (examples/redis_job_list.py).
+        directory = str(Path(module).resolve().parent)
+        if directory not in sys.path:
+            sys.path.append(directory)
     return checked_target(load_attribute(spec, "target"), repr(spec))
 
 

@@ -224,3 +224,16 @@ def test_a_shipped_rows_tick_is_heard_from_its_ledgers_time(row, request):
     finally:
         storage.close()
     assert clock.tick == module.TICK_SECONDS
+
+
+def test_a_storage_named_as_a_module_beside_the_targets_file_imports(tmp_path, monkeypatch):
+    """A target file's storage given as MODULE:ATTR is found beside the file, as Python runs a script."""
+    from fence._plugins import load_storage, load_target
+
+    (tmp_path / "queue_beside_the_row.py").write_text("class Storage:\n    pass\n")
+    (tmp_path / "row.py").write_text(
+        "from fence.targets import Target\n"
+        "ROW = Target(row='beside', system='x', policy='naive', storage='queue_beside_the_row:Storage')\n")
+    monkeypatch.chdir(Path(__file__).parent)  # anywhere but the target's directory
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert load_storage(load_target(f"{tmp_path / 'row.py'}:ROW")).__name__ == "Storage"
