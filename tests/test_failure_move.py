@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from fence import POLICIES, ReservationState
+from fence import POLICIES, Ledger, PluginBroken, ReservationState
 from fence._explore import Outcome, explore
 from fence._invariants import FAILURE_DANGERS, required_dangers
 from fence._machines import machine_for
@@ -205,3 +205,39 @@ def test_a_real_worker_whose_failure_comes_after_the_janitor_took_its_lease_is_r
     assert fleet.records["job1#1"].failed == "refused"
     assert fleet.run.observer.reached["failure_refused"] == 1
     assert fleet.expired_owners == ["job1#1"]
+
+
+class _LedgerWithoutFail:
+    """A user's ledger that predates the failure path: fence's ledger behind it, no ``fail``."""
+
+    def __init__(self, capacity: int) -> None:
+        self._inner = Ledger(capacity)
+
+    def __getattr__(self, name: str):
+        if name == "fail" or name.startswith("__") or name == "_inner":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+class _LedgerWhoseFailAnswersNothing(_LedgerWithoutFail):
+    def fail(self, key: str, owner: str):
+        self._inner.fail(key, owner)
+        return None
+
+
+def test_a_ledger_without_fail_is_asked_the_owner_move_the_table_names():
+    """A plug-in ledger with no ``fail`` gets ``owner_move(key, owner, Move.FAIL)``, which its table already makes."""
+    world = World(POLICIES["abandon-fenced"], ModelConfig(failures=True), ledger_factory=_LedgerWithoutFail)
+    _play(world, Reserve("job1"), Start("job1#1"), SendCommit("job1#1"), Deliver("commit", "job1#1"))
+    assert world.apply(Fail("job1#1")).sentence.endswith("job1/r1 is outcome_unknown")
+    assert world.reached["failure_after_effect"] == 1
+
+
+def test_a_ledger_whose_fail_returns_no_reservation_breaks_its_protocol_in_one_line():
+    """``fail`` must return the key's Reservation (or refuse): None stops the run naming the ledger and the method."""
+    world = World(POLICIES["abandon-fenced"], ModelConfig(failures=True), ledger_factory=_LedgerWhoseFailAnswersNothing)
+    _play(world, Reserve("job1"))
+    with pytest.raises(PluginBroken) as broken:
+        world.apply(Fail("job1#1"))
+    message = str(broken.value)
+    assert "fail('job1', 'job1#1') returned None" in message and "\n" not in message
