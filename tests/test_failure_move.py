@@ -58,6 +58,23 @@ def test_without_failures_no_fail_is_ever_enabled_and_the_kinds_are_the_old_ones
     assert FAILURE_DANGERS[0] in required_dangers(POLICIES["abandon"], FAILING)
 
 
+# States and transitions each built-in row walks at the CI bound, measured before the failure
+# path existed (commit 74c8e16): with failures off the explorer must walk exactly these.
+STATES_WITHOUT_FAILURES = {
+    "naive": (655, 3339), "reconcile": (741, 3722), "fenced": (692, 3431), "witness": (2588, 11171),
+    "witness-fenced": (2588, 11171), "abandon": (1727, 7272), "abandon-fenced": (1727, 7272),
+    "abandon-fenced-shared": (1116, 4607),
+}
+
+
+@pytest.mark.parametrize("name", list(STATES_WITHOUT_FAILURES))
+def test_without_failures_the_explorer_walks_the_states_it_walked_before(name):
+    """The flag off changes nothing: every row's state and transition counts at the CI bound are the old ones."""
+    found = explore(POLICIES[name], replace(FAILING, failures=False))
+    assert (found.states, found.transitions) == STATES_WITHOUT_FAILURES[name]
+    assert "failure_after_effect" not in found.reached and "failure_refused" not in found.reached
+
+
 def test_a_failure_after_the_effect_holds_the_reservation_for_the_janitor():
     """A worker whose effect landed fails: the ledger holds its reservation, the danger is reached, the janitor settles it."""
     world = _world()
