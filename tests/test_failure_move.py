@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from fence import POLICIES, Ledger, PluginBroken, ReservationState
+from fence import POLICIES, Ledger, Move, PluginBroken, ReservationState
 from fence._explore import Outcome, explore
 from fence._invariants import FAILURE_DANGERS, required_dangers
 from fence._machines import machine_for
@@ -258,3 +258,23 @@ def test_a_ledger_whose_fail_returns_no_reservation_breaks_its_protocol_in_one_l
         world.apply(Fail("job1#1"))
     message = str(broken.value)
     assert "fail('job1', 'job1#1') returned None" in message and "\n" not in message
+
+
+class _FailWithoutOwnerCheck(Ledger):
+    """A seeded bug, the issue's class: the failure handler acts on the key's current record, whoever owns it
+    (an idempotency decorator's delete-on-exception that removes the retry's in-progress record)."""
+
+    def fail(self, key: str, owner: str):
+        return self.apply(self.current(key).reservation_id, Move.FAIL)
+
+
+def test_a_failure_handler_that_skips_the_owner_check_is_found_to_move_the_retrys_reservation():
+    """abandon-fenced over a ledger whose fail() moves whatever the key holds: a stale failure moves the retry's."""
+    found = explore(POLICIES["abandon-fenced"], FAILING, ledger_factory=_FailWithoutOwnerCheck, max_depth=8)
+    result = found.results["stale_attempt_cannot_change_newer"]
+    assert result.outcome is Outcome.VIOLATED
+    steps = [step for step in result.counterexample.steps if not step.drain]
+    assert steps[-1].action.kind == "fail" and "job1#2" in result.counterexample.message
+    # fence's own ledger refuses the same report (the owner check): nothing to find at that depth.
+    safe = explore(POLICIES["abandon-fenced"], FAILING, max_depth=8)
+    assert safe.results["stale_attempt_cannot_change_newer"].outcome is not Outcome.VIOLATED
