@@ -13,7 +13,11 @@ from fence import POLICIES
 from fence.agents.fleet import Fleet
 
 
-def main(policy_name: str = "reconcile") -> int:
+def main(policy_name: str = "reconcile", *extra: str) -> int:
+    if extra or policy_name not in POLICIES:
+        given = " ".join((policy_name, *extra))
+        print(f"agent_fleet.py: {given!r} is not one policy name; give one of: {', '.join(POLICIES)}", file=sys.stderr)
+        return 2
     policy = POLICIES[policy_name]
     jobs = [f"job-{i}" for i in range(1, 7)]
     print(f"policy={policy.name}: {policy.summary}")
@@ -26,4 +30,4 @@ def main(policy_name: str = "reconcile") -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:2]))
+    sys.exit(main(*sys.argv[1:]))

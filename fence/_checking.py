@@ -280,9 +280,13 @@ def write_counterexamples(reports: Sequence[PolicyReport], out: Path, specs: Plu
     return written
 
 
-def report_text(reports: Sequence[PolicyReport], written_to: Path | None = None) -> str:
-    """The verdict table, then each counterexample's steps and each other cell's detail."""
-    parts = [table(reports)]
+def report_text(reports: Sequence[PolicyReport], written_to: Path | None = None,
+                bound: ModelConfig | None = None) -> str:
+    """The verdict table, then each counterexample's steps and each other cell's detail.
+
+    ``bound``: the explorer's bound the legend names (a target's), if not the runs' own.
+    """
+    parts = [table(reports, bound=bound)]
     for report in reports:
         for name, cell in report.cells.items():
             if cell.counterexample:

@@ -438,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     _seconds_not_ticks(experiments)
     experiments.set_defaults(handler=_experiments_cli.cmd_experiments)
 
-    replay = sub.add_parser("replay", help="play a saved counterexample on real threads")
+    replay = sub.add_parser("replay", help="play a saved counterexample: fence's model on real threads, a target's on its real system")
     _experiments_cli.replay_arguments(replay)
     replay.set_defaults(handler=_experiments_cli.cmd_replay)
 

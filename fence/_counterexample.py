@@ -4,6 +4,14 @@ The JSON form holds the policy name, the model configuration, the invariant and
 the list of actions; ``replay`` feeds those actions through a fresh ``World`` and
 checks that the same invariant breaks, so a saved counterexample is a
 regression test and (in the real-clock harness) a script.
+
+A counterexample found on a target (a real job system, ``fence.targets``)
+also records the target (``"target"``: its row, the spec it is found again at,
+its storage's spec and the server it needs). Such a file is the real system's
+and replays only there (``load_target``, ``fence replay``): never on fence's
+model, where a bug of the system's own would not show. Its files are named by
+the row (``ROW__POLICY__INVARIANT``), so two targets that claim one policy
+write side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from fence._errors import BadInput
 from fence._output import file_stem
 from fence._invariants import BY_NAME
 from fence._policies import POLICIES, JanitorPolicy
-from fence._world import Action, InapplicableAction, ModelConfig, Step, World
+from fence._world import Action, ModelConfig, Step, World
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,8 @@ class Counterexample:
     """Chosen steps of the explorer's shortest counterexample, when it searched for one."""
     plugins: object = None
     """The import specs of a user's policy, destination and ledger (fence._plugins.PlugInSpecs)."""
+    target: TargetRecord | None = None
+    """The target it was found on (None: fence's model, or a user's plug-ins)."""
 
     @property
     def rule_steps(self) -> int:
@@ -44,13 +54,35 @@ class Counterexample:
         return sum(1 for step in self.steps if not step.drain)
 
 
+@dataclass(frozen=True)
+class TargetRecord:
+    """What a target's counterexample says of the system it was found on."""
+
+    row: str
+    spec: str | None
+    """``MODULE:ATTR`` or an absolute ``FILE.py:ATTR`` of the ``Target``; None: a built-in row, by its name."""
+    storage: str
+    """The target's storage spec (a ``FILE.py`` one made absolute)."""
+    server: str | None
+    """``postgres``, ``redis``, or None (the replay needs a URL given)."""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def name(self) -> str:
+        return f"target {self.row}"
+
+
 FORMAT = "fence-counterexample/1"
 
 
 def steps_text(example: Counterexample) -> str:
     inv = BY_NAME[example.invariant]
+    who = (f"target {example.target.row} (claims the policy {example.policy})" if example.target
+           else f"policy {example.policy}")
     lines = [
-        f"policy {example.policy} breaks invariant {inv.label}: {inv.statement}",
+        f"{who} breaks invariant {inv.label}: {inv.statement}",
         f"model: {example.config.describe()}",
         f"{_provenance(example)}:",
     ]
@@ -117,6 +149,7 @@ def to_json(example: Counterexample) -> dict:
         "hypothesis_steps": example.hypothesis_steps,
         "shortest_steps": example.shortest_steps,
         **({"plugins": example.plugins.to_json()} if example.plugins is not None else {}),
+        **({"target": example.target.to_json()} if example.target is not None else {}),
         "steps": [
             {**step.action.to_dict(), "drain": step.drain, "sentence": step.sentence}
             for step in example.steps
@@ -127,15 +160,23 @@ def to_json(example: Counterexample) -> dict:
 SUFFIXES = (".txt", ".mmd", ".json")
 
 
-def stem(policy: str, invariant: str) -> str:
-    """The file name of a counterexample, without its suffix; a user's policy name cannot leave the directory."""
-    return f"{file_stem(policy)}__{invariant}"
+def stem(policy: str, invariant: str, row: str | None = None) -> str:
+    """The file name of a counterexample, without its suffix; a user's policy name cannot leave the directory.
+
+    A target's is led by its row (``ROW__POLICY__INVARIANT``): rows are unique, policies are shared.
+    """
+    name = f"{file_stem(policy)}__{invariant}"
+    return f"{file_stem(row)}__{name}" if row is not None else name
+
+
+def stem_of(example: Counterexample) -> str:
+    return stem(example.policy, example.invariant, example.target.row if example.target else None)
 
 
 def write(example: Counterexample, directory: Path) -> list[Path]:
     """Write the three forms side by side, each whole or not at all; returns the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
-    name = stem(example.policy, example.invariant)
+    name = stem_of(example)
     paths = {
         directory / f"{name}.txt": steps_text(example) + "\n",
         directory / f"{name}.mmd": mermaid(example) + "\n",
@@ -146,18 +187,18 @@ def write(example: Counterexample, directory: Path) -> list[Path]:
     return list(paths)
 
 
-def remove_stale(directory: Path, policy: str, written: list[Path]) -> list[Path]:
+def remove_stale(directory: Path, policy: str, written: list[Path], row: str | None = None) -> list[Path]:
     """Delete ``policy``'s counterexample files in ``directory`` that this run did not write.
 
     A run judges a policy's whole row, so a file left from an earlier run for a
     cell that now holds would be a stale claim beside the fresh ones. Only
-    fence's own names for that policy are touched.
+    fence's own names for that policy (or that target's ``row``) are touched.
     """
     kept = set(written)
     removed = []
     for inv in BY_NAME:
         for suffix in SUFFIXES:
-            path = directory / f"{stem(policy, inv)}{suffix}"
+            path = directory / f"{stem(policy, inv, row)}{suffix}"
             if path not in kept and path.is_file():
                 path.unlink()
                 removed.append(path)
@@ -205,13 +246,21 @@ def load_plugins(path: Path) -> tuple:
 
 
 def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[JanitorPolicy, ModelConfig, str, list[Action], list[bool]]:
-    """Read a counterexample file; BadInput with one clear line if it is not one.
+    """Read a counterexample of fence's model; BadInput with one clear line if it is not one.
 
     A counterexample found with a user's plug-ins names their import specs
     (``"plugins"``); the policy is loaded from its spec (see ``load_plugins`` for
-    the destination and ledger).
+    the destination and ledger). A target's counterexample is refused: it
+    replays on its real system only (``load_target``).
     """
     data = _read(path)
+    if "target" in data:
+        record = _target_record(path, data)
+        raise BadInput(
+            f"{path}: found on {record.name} ({record.server or 'a server you name'}), not on fence's model: it "
+            f"replays on the real system only, with fence replay {path}"
+            + {"postgres": " [--postgres URL]", "redis": " [--redis URL]"}.get(record.server, "")
+        )
     specs = _plugin_specs(path, data)
     try:
         if "policy" in specs:
@@ -220,39 +269,110 @@ def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[Jan
             policy = load_policy(specs["policy"])
         else:
             policy = policies[data["policy"]]
-        config = ModelConfig(**data["config"])
-        problem = config.problem()
-        if problem:
-            raise ValueError(problem)
-        invariant = data["invariant"]
-        if invariant not in BY_NAME:
-            raise KeyError(invariant)
-        actions = []
-        drains = []
-        for raw in data["steps"]:
-            raw = dict(raw)
-            drains.append(bool(raw.pop("drain", False)))
-            raw.pop("sentence", None)
-            actions.append(Action.from_dict(raw))
+        config, invariant, actions, drains = _run_of(data)
     except (KeyError, TypeError, ValueError) as error:
         raise BadInput(f"{path}: corrupt fence counterexample ({type(error).__name__}: {error})") from None
     return policy, config, invariant, actions, drains
 
 
+def _run_of(data: dict) -> tuple[ModelConfig, str, list[Action], list[bool]]:
+    """The configuration, invariant, actions and drain marks of a file's JSON (KeyError, TypeError, ValueError)."""
+    config = ModelConfig(**data["config"])
+    problem = config.problem()
+    if problem:
+        raise ValueError(problem)
+    invariant = data["invariant"]
+    if invariant not in BY_NAME:
+        raise KeyError(invariant)
+    actions = []
+    drains = []
+    for raw in data["steps"]:
+        raw = dict(raw)
+        drains.append(bool(raw.pop("drain", False)))
+        raw.pop("sentence", None)
+        actions.append(Action.from_dict(raw))
+    return config, invariant, actions, drains
+
+
+def is_target(path: Path) -> bool:
+    """Was the counterexample at ``path`` found on a target (a real system)? BadInput if it is no counterexample."""
+    return "target" in _read(path)
+
+
+def _target_record(path: Path, data: dict) -> TargetRecord:
+    raw = data.get("target")
+    fields = ("row", "spec", "storage", "server")
+    if (not isinstance(raw, dict) or set(raw) != set(fields) or not isinstance(raw["row"], str)
+            or not isinstance(raw["storage"], str)
+            or not all(raw[name] is None or isinstance(raw[name], str) for name in ("spec", "server"))):
+        raise BadInput(f"{path}: corrupt fence counterexample (\"target\" must hold row, spec, storage and server)")
+    return TargetRecord(**raw)
+
+
+@dataclass(frozen=True)
+class TargetRun:
+    """A target's counterexample, read back: the target found again, and the run to replay on it."""
+
+    target: object
+    """The ``fence.targets.Target`` (loaded again from its spec, or the built-in row of that name)."""
+    record: TargetRecord
+    config: ModelConfig
+    invariant: str
+    actions: list[Action]
+    drains: list[bool]
+
+    @property
+    def chosen(self) -> list[Action]:
+        """The steps the run chose (the drain that ends it is the replay's own)."""
+        return [action for action, drain in zip(self.actions, self.drains) if not drain]
+
+
+def load_target(path: Path) -> TargetRun:
+    """Read a target's counterexample and find its target again; BadInput in one line if either fails."""
+    from fence._plugins import absolute, load_target as load_target_spec
+    from fence.targets import TARGETS
+
+    data = _read(path)
+    if "target" not in data:
+        raise BadInput(f"{path}: found on fence's model, not on a target; fence replay {path} plays it on threads")
+    record = _target_record(path, data)
+    from fence._plugins import UNIMPORTABLE
+
+    if record.spec is not None and record.spec.startswith(UNIMPORTABLE):
+        raise BadInput(f"{path}: found on target {record.row}, passed to fence.testing as an object fence cannot "
+                       f"find again ({record.spec.removeprefix(UNIMPORTABLE)}); define the Target at a module's top "
+                       "level, or replay it from the test that found it")
+    if record.spec is not None:
+        target = load_target_spec(record.spec)
+    elif record.row in TARGETS:
+        target = TARGETS[record.row]
+    else:
+        raise BadInput(f"{path}: found on target {record.row!r}, which is no built-in row ({', '.join(TARGETS)}) "
+                       "and the file names no spec to load it from")
+    if target.row != record.row or absolute(target.storage) != record.storage:
+        raise BadInput(f"{path}: found on target {record.row} with storage {record.storage}; "
+                       f"{record.spec or 'the built-in row'} is now {target.row} with storage "
+                       f"{absolute(target.storage)}: re-run the check that wrote the file")
+    if data.get("policy") != target.policy.name:
+        raise BadInput(f"{path}: found on {record.name} claiming the policy {data.get('policy')!r}; it now claims "
+                       f"{target.policy.name!r}: re-run the check that wrote the file")
+    try:
+        config, invariant, actions, drains = _run_of(data)
+    except (KeyError, TypeError, ValueError) as error:
+        raise BadInput(f"{path}: corrupt fence counterexample ({type(error).__name__}: {error})") from None
+    return TargetRun(target, record, config, invariant, actions, drains)
+
+
 def replay(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[World, str | None]:
-    """Play a saved counterexample through a fresh World; returns it and the violation."""
+    """Play a saved counterexample of fence's model through a fresh World; returns it and the violation."""
+    from fence._minimise import NotEnabled, play
+
     policy, config, invariant, actions, drains = load(path, policies)
     destination, ledger = load_plugins(path)
     world = World(policy, config, destination, ledger)
-    inv = BY_NAME[invariant]
     chosen = [action for action, drain in zip(actions, drains) if not drain]
     try:
-        for action in chosen:
-            world.apply(action)
-            if not inv.at_teardown and inv.check(world):
-                return world, inv.check(world)
-    except InapplicableAction as error:
+        found = play(world, chosen, BY_NAME[invariant])
+    except NotEnabled as error:
         raise BadInput(f"{path}: the steps do not replay under the current model ({error})") from None
-    if inv.at_teardown:
-        world.drain()
-    return world, inv.check(world)
+    return world, found.message if found else None

@@ -80,8 +80,12 @@ def experiments_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def replay_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", help="a counterexample .json written by 'fence verdicts'")
-    parser.add_argument("--tick", type=_tick, default=0.05, help="real seconds per model tick (default 0.05)")
+    from fence._targets_cli import server_options
+
+    parser.add_argument("file", help="a counterexample .json written by 'fence verdicts', 'check' or 'targets'")
+    parser.add_argument("--tick", type=_tick, help="fence's model on threads: real seconds per model tick (default 0.05)")
+    server_options(parser.add_argument_group(
+        "a target's counterexample", "replayed on its real system: the server it was found on, given here or started"))
 
 
 def _header(command: str) -> list[str]:
@@ -180,7 +184,16 @@ def _pictures_available() -> bool:
 
 
 def cmd_replay(args) -> int:
-    result = _realclock.replay_real(Path(args.file), tick=args.tick)
+    from fence import _counterexample
+
+    if _counterexample.is_target(Path(args.file)):  # the real system's, never fence's model
+        from fence._targets_cli import cmd_replay_target
+
+        return cmd_replay_target(args)
+    if args.postgres or args.redis:
+        raise BadInput(f"--postgres and --redis are for a target's counterexample; {args.file} was found on fence's "
+                       "model, which replays in memory on threads: drop them")
+    result = _realclock.replay_real(Path(args.file), tick=args.tick if args.tick is not None else 0.05)
     from fence._invariants import BY_NAME
 
     inv = BY_NAME[result.invariant]

@@ -360,8 +360,21 @@ def walk(
         for name in broken:
             found.setdefault(name, (node, None))
 
-    def expand(node: int, state, following: list) -> None:
-        """Take each action from ``state``; judge each successor; queue the new ones."""
+    def over_budget() -> str | None:
+        if time_budget is not None and time.perf_counter() - started > time_budget:
+            return "time_budget"
+        if max_states is not None and len(parents) >= max_states:
+            return "max_states"
+        return None
+
+    def expand(node: int, state, following: list) -> str | None:
+        """Take each action from ``state``; judge each successor; queue the new ones.
+
+        The budget is asked after each new state, not only between states
+        expanded: one state of a large bound has hundreds of successors, each
+        judged by a drain, so a budget asked between expansions ran over by
+        minutes. Returns why it stopped early, or None.
+        """
         for action, child, key, broken in strategy.successors(state, visited, found, result.reached):
             result.transitions += 1
             for name in broken:
@@ -378,7 +391,11 @@ def walk(
             strategy.adopt(child, child_node)
             following.append((child_node, child))
             check_teardown(child_node, child)
+            if budgeted and (stopped := over_budget()) is not None:
+                return stopped
+        return None
 
+    budgeted = time_budget is not None or max_states is not None
     check_teardown(0, strategy.root)
     frontier: list = [(0, strategy.root)]
     depth = 0
@@ -390,14 +407,13 @@ def walk(
                 break
             following: list[tuple[int, World]] = []
             for node, world in frontier:
-                if time_budget is not None and time.perf_counter() - started > time_budget:
-                    out_of_budget = "time_budget"
-                    break
-                if max_states is not None and len(parents) >= max_states:
-                    out_of_budget = "max_states"
+                out_of_budget = over_budget()
+                if out_of_budget is not None:
                     break
                 try:
-                    expand(node, world, following)
+                    out_of_budget = expand(node, world, following)
+                    if out_of_budget is not None:
+                        break
                 except Unfaithful as problem:
                     result.unfaithful = str(problem)
                     out_of_budget = "unfaithful"

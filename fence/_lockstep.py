@@ -33,6 +33,7 @@ from typing import Callable
 
 from hypothesis.stateful import invariant
 
+from fence import _protocol
 from fence._invariants import INVARIANTS
 from fence._world import Step, World
 
@@ -68,7 +69,8 @@ def differences(model: World, other: World, teardown: bool = False) -> list[str]
     differ("enabled actions", [a.to_dict() for a in model.enabled_actions()],
            [a.to_dict() for a in other.enabled_actions()])
     differ("ledger", reservations(model.ledger), reservations(other.ledger))
-    differ("units held and free", (model.ledger.held, model.ledger.free), (other.ledger.held, other.ledger.free))
+    differ("units held and free", (model.ledger.held, model.ledger.free),
+           (_protocol.ledger_held(other.ledger), _protocol.ledger_free(other.ledger)))
     if hasattr(other.ledger, "units_freed"):
         differ("units freed", model.ledger.units_freed, other.ledger.units_freed)
     differ("destination", model.destination.snapshot(), other.destination.snapshot())

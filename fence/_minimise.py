@@ -22,7 +22,7 @@ from fence._destination import Destination, Guards
 from fence._invariants import Invariant
 from fence._ledger import Ledger
 from fence._policies import JanitorPolicy
-from fence._world import Action, ModelConfig, Tick, World
+from fence._world import Action, ModelConfig, Step, Tick, World
 
 MAX_REPLAYS = 5000
 
@@ -33,6 +33,45 @@ class Replayed:
     message: str
     actions: tuple[Action, ...]
     """The chosen actions up to (and including) the one that broke the invariant."""
+
+
+class NotEnabled(Exception):
+    """An action of a replayed run was not enabled at its turn: the run is not one of this world's."""
+
+    def __init__(self, index: int, action: Action, now: int) -> None:
+        super().__init__(f"step {index + 1} ({action.to_dict()}) is not enabled at t={now}")
+        self.index = index
+        self.action = action
+
+
+def play(world: World, actions: Sequence[Action], invariant: Invariant,
+         each_step: Callable[[int, Step], None] | None = None) -> Replayed | None:
+    """The one replay loop: ``actions`` on ``world`` in order, until ``invariant`` breaks.
+
+    A step invariant is checked after every step and stops the run at the first
+    that breaks it; a teardown invariant after the drain that ends the run.
+    Returns the violation, or None if the run ends without one; raises
+    ``NotEnabled`` at an action not enabled at its turn. ``each_step`` is told
+    each step as it is taken. The minimiser, the engines' replays of what they
+    found, ``fence replay`` on fence's model and on a target's real system all
+    play a run through here, on whichever world they made.
+    """
+    for index, action in enumerate(actions):
+        if action not in world.enabled(action.kind):
+            raise NotEnabled(index, action, world.now)
+        step = world.apply(action)
+        if each_step is not None:
+            each_step(index, step)
+        if not invariant.at_teardown:
+            message = invariant.check(world)
+            if message:
+                return Replayed(world, message, tuple(actions[: index + 1]))
+    if invariant.at_teardown:
+        world.drain()
+        message = invariant.check(world)
+        if message:
+            return Replayed(world, message, tuple(actions))
+    return None
 
 
 def replay_actions(
@@ -49,20 +88,10 @@ def replay_actions(
     a run of the model, so it proves nothing.
     """
     world = World(policy, config, destination_factory, ledger_factory)
-    for index, action in enumerate(actions):
-        if action not in world.enabled(action.kind):
-            return None
-        world.apply(action)
-        if not invariant.at_teardown:
-            message = invariant.check(world)
-            if message:
-                return Replayed(world, message, tuple(actions[: index + 1]))
-    if invariant.at_teardown:
-        world.drain()
-        message = invariant.check(world)
-        if message:
-            return Replayed(world, message, tuple(actions))
-    return None
+    try:
+        return play(world, actions, invariant)
+    except NotEnabled:
+        return None
 
 
 def minimise(

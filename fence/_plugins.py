@@ -6,8 +6,8 @@ The three plug-in protocols (see the README's "Bring your own"):
 * a destination factory: called with the policy's ``Guards``, returns a
   ``fence.Destination``,
 * a ledger factory: called with the capacity, returns a ledger with
-  ``fence.Ledger``'s methods (reserve, get, reservations, expired, current,
-  apply, owner_move, free, snapshot).
+  ``fence.Ledger``'s members (``fence._protocol.LEDGER_METHODS`` and
+  ``LEDGER_PROPERTIES``: the one list of them).
 
 A module loaded from a file is registered in ``sys.modules`` under a name made
 from its path, so that its classes pickle by reference: worker processes
@@ -29,8 +29,7 @@ from fence._destination import Guards
 from fence._errors import BadInput
 from fence._policies import POLICIES, JanitorPolicy, policy_problem
 
-LEDGER_METHODS = ("reserve", "get", "reservations", "expired", "current", "apply", "owner_move")
-DESTINATION_METHODS = ("register", "commit", "lookup", "attempt_state", "abandon_unless_committed", "effects")
+from fence._protocol import missing_members
 
 
 @dataclass(frozen=True)
@@ -152,12 +151,12 @@ def _forgot_dataclass(cls: type) -> str | None:
     return None
 
 
-def _factory(spec: str, what: str, argument: str, methods: tuple[str, ...], sample):
-    return checked_factory(load_attribute(spec, what), repr(spec), what, argument, methods, sample)
+def _factory(spec: str, what: str, argument: str, sample):
+    return checked_factory(load_attribute(spec, what), repr(spec), what, argument, sample)
 
 
-def checked_factory(factory, label: str, what: str, argument: str, methods: tuple[str, ...], sample):
-    """``factory`` if calling it with ``sample`` makes an object with the protocol's ``methods``."""
+def checked_factory(factory, label: str, what: str, argument: str, sample):
+    """``factory`` if calling it with ``sample`` makes an object with every member of ``what``'s protocol."""
     if not callable(factory):
         raise BadInput(f"{what} {label} must be a class or function taking {argument}")
     try:
@@ -166,7 +165,7 @@ def checked_factory(factory, label: str, what: str, argument: str, methods: tupl
         raise BadInput(f"{what} {label}: calling it with {argument} failed ({type(error).__name__}: {error})") from None
     if made is None:
         raise BadInput(f"{what} {label} returned None when called with {argument}; it must return the {what} it made")
-    missing = [name for name in methods if not callable(getattr(made, name, None))]
+    missing = missing_members(made, what)
     if missing:
         raise BadInput(f"{what} {label} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
     return factory
@@ -190,9 +189,9 @@ def checked_ledger(factory, label: str):
     return checked_factory(factory, label, *_LEDGER_PROTOCOL)
 
 
-# (what, what it is called with, the methods what it makes must have, a sample argument)
-_DESTINATION_PROTOCOL = ("destination", "the policy's Guards", DESTINATION_METHODS, Guards())
-_LEDGER_PROTOCOL = ("ledger", "the capacity (an int)", LEDGER_METHODS, 1)
+# (what, what it is called with, a sample argument); the members it must have: fence._protocol.MEMBERS
+_DESTINATION_PROTOCOL = ("destination", "the policy's Guards", Guards())
+_LEDGER_PROTOCOL = ("ledger", "the capacity (an int)", 1)
 
 
 UNIMPORTABLE = "unimportable:"
@@ -216,3 +215,74 @@ def spec_of(thing) -> str | None:
     if module.startswith("fence_plugin_"):  # loaded from a FILE.py spec: name the file again
         return f"{Path(sys.modules[module].__file__).resolve()}:{name}"
     return f"{module}:{name}"
+
+
+# -- targets: a real job system as a row of ``fence targets`` ------------------------------
+def storage_spec_problem(spec) -> str | None:
+    """Why ``spec`` is not ``MODULE:ATTR`` or ``FILE.py:ATTR`` (one line), or None."""
+    if not isinstance(spec, str):
+        return f"must be MODULE:ATTR or FILE.py:ATTR, not a {type(spec).__name__}"
+    module, _, attribute = spec.rpartition(":")
+    if not module or not attribute.isidentifier():
+        return f"{spec!r}: write it as MODULE:ATTR or FILE.py:ATTR, e.g. mypkg.queue:QueueStorage"
+    return None
+
+
+def load_storage(target):
+    """The storage callable a target names; a library that is not installed is one line naming its extra."""
+    module_name = target.storage.rpartition(":")[0]
+    if target.extra and not module_name.endswith(".py"):
+        try:
+            importlib.import_module(module_name)
+        except ImportError as error:
+            raise BadInput(
+                f"target {target.row}: {error}; install it with pip install 'fence[{target.extra}]'"
+            ) from None
+    storage = load_attribute(target.storage, f"target {target.row}: storage")
+    if not callable(storage):
+        raise BadInput(f"target {target.row}: storage {target.storage!r} is not callable; name a class or "
+                       "function taking the server's URL")
+    return storage
+
+
+def load_target(spec: str):
+    """The ``fence.targets.Target`` at ``spec`` (``MODULE:ATTR`` or ``FILE.py:ATTR``); BadInput in one line."""
+    from fence.targets import TARGETS
+
+    if ":" not in spec:
+        known = f"; a built-in row is named with --row ({', '.join(TARGETS)})" if spec in TARGETS else ""
+        raise BadInput(f"target {spec!r}: write it as MODULE:ATTR or FILE.py:ATTR naming a fence.targets.Target{known}")
+    return checked_target(load_attribute(spec, "target"), repr(spec))
+
+
+def checked_target(candidate, label: str):
+    """``candidate`` if it is a well-formed ``fence.targets.Target``; else BadInput naming ``label``."""
+    from fence.targets import Target
+
+    if not isinstance(candidate, Target):
+        raise BadInput(f"target {label} is a {type(candidate).__name__}, not a fence.targets.Target; "
+                       "name a Target(row=..., system=..., policy=..., storage=...) at a module's top level")
+    problem = candidate.problem()
+    if problem:
+        raise BadInput(f"target {label}: {problem}")
+    return candidate
+
+
+def target_spec_of(target) -> str | None:
+    """``MODULE:ATTR`` (or ``FILE.py:ATTR``) at which ``target`` itself is found again, else None.
+
+    A counterexample records it, so that ``fence replay`` runs the same row; a
+    Target built inside a function has none.
+    """
+    for name, module in list(sys.modules.items()):
+        found = getattr(module, "__dict__", None)
+        if not found:
+            continue
+        for attribute, value in list(found.items()):
+            if value is target and not attribute.startswith("__"):
+                if name.startswith("fence_plugin_"):
+                    return f"{Path(module.__file__).resolve()}:{attribute}"
+                if name == "__main__":
+                    continue
+                return f"{name}:{attribute}"
+    return None

@@ -79,6 +79,8 @@ def commit(destination: object, identity: str, key: str, payload: str) -> Any:
     """``destination.commit(...)``, whose answer must be a ``fence.CommitResult``."""
     from fence._destination import CommitResult
 
+    if not fences_own(destination):
+        complete(destination, "destination")
     result = call(destination, "destination", "commit", COMMIT_MUST, destination.commit, identity, key, payload)
     return returned(destination, "destination", "commit", result, CommitResult, COMMIT_MUST)
 
@@ -87,6 +89,8 @@ def register(destination: object, identity: str, key: str) -> Any:
     """``destination.register(...)``, whose answer must be a ``fence.AttemptState`` or None."""
     from fence._destination import AttemptState
 
+    if not fences_own(destination):
+        complete(destination, "destination")
     state = call(destination, "destination", "register", REGISTER_MUST, destination.register, identity, key)
     return returned(destination, "destination", "register", state, (AttemptState, type(None)), REGISTER_MUST)
 
@@ -104,12 +108,78 @@ def fences_own(part: object) -> bool:
     return own
 
 
+# -- the members each protocol requires -----------------------------------------------------
+# Listed once, here: the loaders (fence._plugins) check a factory's product against them, the
+# helpers below check each plug-in class the first time fence asks it anything, and the README's
+# "Bring your own" and "Writing a target" list the same names.
+LEDGER_METHODS = ("reserve", "get", "reservations", "expired", "current", "apply", "owner_move", "snapshot")
+LEDGER_PROPERTIES = ("free", "held")
+"""What a ledger reads as attributes (properties on fence.Ledger): units not held, units held."""
+DESTINATION_METHODS = ("register", "commit", "lookup", "attempt_state", "abandon_unless_committed", "effects",
+                       "snapshot")
+DESTINATION_PROPERTIES: tuple[str, ...] = ()
+MEMBERS = {
+    "ledger": (LEDGER_METHODS, LEDGER_PROPERTIES),
+    "destination": (DESTINATION_METHODS, DESTINATION_PROPERTIES),
+}
+
+
+def missing_members(part: object, kind: str) -> list[str]:
+    """The members of ``kind``'s protocol (``ledger``, ``destination``) that ``part`` lacks.
+
+    Read without calling anything: a property is looked up on the class, never
+    evaluated (a target's ``held`` reaches its server).
+    """
+    methods, properties = MEMBERS[kind]
+    absent = object()
+    missing = [name for name in methods if not callable(inspect.getattr_static(part, name, None))]
+    return missing + [name for name in properties if inspect.getattr_static(part, name, absent) is absent]
+
+
+def members_problem(part: object, kind: str) -> PluginBroken | None:
+    """The one-line error for a plug-in that lacks members of its protocol, or None."""
+    missing = missing_members(part, kind)
+    if not missing:
+        return None
+    methods, properties = MEMBERS[kind]
+    listed = ", ".join([f"{name}()" for name in methods] + list(properties))
+    return PluginBroken(
+        f"{describe(part, kind)} has no {', '.join(missing)}; a {kind} must have every member of its "
+        f"protocol ({listed}): see the README (\"Bring your own\"), or subclass "
+        f"{'fence.Ledger or fence.targets.TargetLedger' if kind == 'ledger' else 'fence.Destination'}"
+    )
+
+
+_COMPLETE: set[type] = set()
+
+
+def complete(part: object, kind: str) -> None:
+    """Raise the one-line ``PluginBroken`` if ``part`` (a plug-in) lacks a member of its protocol.
+
+    Checked once per class, the first time fence asks a plug-in of it anything,
+    in every engine (each asks through the helpers here).
+    """
+    cls = type(part)
+    if cls in _COMPLETE:
+        return
+    broken = members_problem(part, kind)
+    if broken is not None:
+        raise broken
+    _COMPLETE.add(cls)
+
+
 # -- a ledger's answers ----------------------------------------------------------------
 # Each helper asks fence's own ledgers directly (the explorer's hot path), and checks
 # a plug-in's answer: one of fence's errors is a refusal and passes, anything else
 # it raises, or an answer of the wrong kind, is its protocol broken.
 def _asked(ledger: object, shown: str, must: str, function: Callable[..., Any], *args: Any) -> Any:
     return _guarded(ledger, "ledger", shown, must, function, *args)
+
+
+def _method(ledger: object, name: str) -> Callable[..., Any]:
+    """The plug-in ledger's ``name`` method, once the ledger is known to have every member."""
+    complete(ledger, "ledger")
+    return getattr(ledger, name)
 
 
 def _wrong(ledger: object, shown: str, got: str, must: str) -> PluginBroken:
@@ -141,7 +211,7 @@ def ledger_get(ledger: object, reservation_id: str) -> Any:
 
     shown = f"get({reservation_id!r})"
     must = f"the fence.Reservation {reservation_id!r} that its reserve() made, in its present state"
-    reservation = _asked(ledger, shown, must, ledger.get, reservation_id)
+    reservation = _asked(ledger, shown, must, _method(ledger, "get"), reservation_id)
     if not isinstance(reservation, Reservation) or reservation.reservation_id != reservation_id:
         raise _wrong(ledger, shown, _shown(reservation), must)
     return reservation
@@ -158,7 +228,7 @@ def ledger_expired(ledger: object, now: float) -> list:
 
     shown = f"expired({now!r})"
     must = f"a list of fence.Reservation, {EXPIRED_MUST}"
-    listed = _reservations(ledger, shown, _asked(ledger, shown, must, ledger.expired, now), must)
+    listed = _reservations(ledger, shown, _asked(ledger, shown, must, _method(ledger, "expired"), now), must)
     for reservation in listed:
         if reservation.state is not ReservationState.RESERVED or not reservation.expired(now):
             raise PluginBroken(
@@ -173,18 +243,30 @@ def ledger_reservations(ledger: object) -> list:
     if fences_own(ledger):
         return ledger.reservations()
     must = "a list of every fence.Reservation it made"
-    return _reservations(ledger, "reservations()", _asked(ledger, "reservations()", must, ledger.reservations), must)
+    return _reservations(ledger, "reservations()", _asked(ledger, "reservations()", must, _method(ledger, "reservations")), must)
 
 
 def ledger_free(ledger: object) -> int:
     """``ledger.free``: the units not held, a whole number."""
     if fences_own(ledger):
         return ledger.free
-    must = "a whole number of units (an int)"
-    free = _asked(ledger, "free", must, getattr, ledger, "free")
-    if not isinstance(free, int) or isinstance(free, bool):
-        raise _wrong(ledger, "free", _shown(free), must)
-    return free
+    return _units(ledger, "free", "the units not held")
+
+
+def ledger_held(ledger: object) -> int:
+    """``ledger.held``: the units its reservations hold, a whole number (the lockstep compares it)."""
+    if fences_own(ledger):
+        return ledger.held
+    return _units(ledger, "held", "the units its reservations hold")
+
+
+def _units(ledger: object, name: str, what: str) -> int:
+    complete(ledger, "ledger")
+    must = f"{what}, a whole number (an int)"
+    units = _asked(ledger, name, must, getattr, ledger, name)
+    if not isinstance(units, int) or isinstance(units, bool):
+        raise _wrong(ledger, name, _shown(units), must)
+    return units
 
 
 def ledger_reserve(ledger: object, key: str, owner: str, now: float, lease: float) -> Any:
@@ -196,7 +278,7 @@ def ledger_reserve(ledger: object, key: str, owner: str, now: float, lease: floa
     shown = f"reserve({key!r}, {owner!r}, {now!r}, {lease!r})"
     must = (f"a new fence.Reservation for key {key!r} and owner {owner!r} in state reserved, "
             "or raise CapacityExhausted or IllegalMove to refuse")
-    reservation = _asked(ledger, shown, must, ledger.reserve, key, owner, now, lease)
+    reservation = _asked(ledger, shown, must, _method(ledger, "reserve"), key, owner, now, lease)
     if (not isinstance(reservation, Reservation) or reservation.key != key or reservation.owner != owner
             or reservation.state is not ReservationState.RESERVED):
         raise _wrong(ledger, shown, _shown(reservation), must)
@@ -216,7 +298,7 @@ def ledger_apply(ledger: object, reservation_id: str, move: Any) -> Any:
 
     shown = f"apply({reservation_id!r}, Move.{move.name})"
     must = f"the fence.Reservation {reservation_id!r} after the move, or raise IllegalMove to refuse it"
-    moved = _asked(ledger, shown, must, ledger.apply, reservation_id, move)
+    moved = _asked(ledger, shown, must, _method(ledger, "apply"), reservation_id, move)
     if not isinstance(moved, Reservation) or moved.reservation_id != reservation_id:
         raise _wrong(ledger, shown, _shown(moved), must)
     return moved
@@ -230,7 +312,7 @@ def ledger_owner_move(ledger: object, key: str, owner: str, move: Any) -> Any:
 
     shown = f"owner_move({key!r}, {owner!r}, Move.{move.name})"
     must = f"the fence.Reservation of key {key!r} after the move, or raise StaleAttempt or IllegalMove to refuse it"
-    moved = _asked(ledger, shown, must, ledger.owner_move, key, owner, move)
+    moved = _asked(ledger, shown, must, _method(ledger, "owner_move"), key, owner, move)
     if not isinstance(moved, Reservation) or moved.key != key:
         raise _wrong(ledger, shown, _shown(moved), must)
     return moved

@@ -13,6 +13,16 @@ the shortest counterexample of each violated row, replayed once more on a
 fresh database; and where the system moved differently from its model (the
 lockstep), replayed the same way.
 
+Rows are the built-in ones (``--row``) and a user's own (``--target
+MODULE:ATTR|FILE.py:ATTR``, a ``fence.targets.Target``); each row names its
+report line and its counterexample files (``ROW__POLICY__INVARIANT``, into
+``--out DIR``, else a fresh temporary directory), and each file records the
+target, so that ``fence replay FILE`` replays it on the real system
+(``replay_target``): the one replay loop (``fence._minimise.play``) on a world
+made from the target's storage, never on fence's model. A row whose longest
+Hypothesis run outlasted half its adapter's tick (``Target.tick_seconds``, or
+its ledger's ``time``) is told so under it: the adapter's model time no longer holds.
+
 Exit status: 0 when every guarded row is proved or not-found, having reached
 every danger, and every counterexample and lockstep finding replayed on a
 fresh database; 1 when a guarded row is violated (or the engines disagree), or
@@ -26,11 +36,13 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from fence import _counterexample
 from fence._arguments import positive_seconds
-from fence._output import command_line, in_evidence, writable_file
+from fence._errors import BadInput
+from fence._output import add_options, command_line, directory, in_evidence, precheck
 from fence._evidence import header, write_atomically
 from fence._invariants import BY_NAME, INVARIANTS, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
@@ -55,49 +67,97 @@ def arguments(parser) -> None:
     from fence.targets import TARGETS
 
     parser.add_argument("--row", action="append", choices=list(TARGETS),
-                        help="judge only this row (repeatable; default: every row)")
+                        help="judge this built-in row (repeatable; default: every row, unless --target is given)")
+    parser.add_argument("--target", action="append", metavar="MODULE:ATTR|FILE.py:ATTR",
+                        help="judge your own target, a fence.targets.Target (repeatable; alone: only these, "
+                        "with --row: those rows too)")
     parser.add_argument("--profile", choices=PROFILES, default="default",
                         help="search effort: quick (40 examples, 1 unit x 1 job), default (150 at 1x1 and 2x2), thorough; "
                         "deep: default, then the explorer at 2 units x 2 jobs x 2 attempts too")
     parser.add_argument("--explorer-budget", type=positive_seconds, metavar="SECONDS",
                         help="with --profile deep: seconds each row's walk at 2 units x 2 jobs may take "
                         "(default: fence.targets.EXPLORER_DEEP_BUDGET, 1800)")
+    server_options(parser)
+    add_options(parser, record=f"the report to {EVIDENCE} (from the checkout's root); counterexamples to a fresh "
+                "temporary directory", out_help="where targets.txt and the counterexamples go (ROW__POLICY__INVARIANT"
+                ".json, for fence replay)", report="also write the report to FILE (counterexamples to a fresh "
+                "temporary directory)")
+
+
+def server_options(parser) -> None:
+    """``--postgres URL`` and ``--redis URL``: ``fence targets`` and a target's ``fence replay``."""
     parser.add_argument("--postgres", metavar="URL",
                         help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
                         "started and stopped with the project's scripts/postgres.sh)")
     parser.add_argument("--redis", metavar="URL",
-                        help="Redis to run the celery rows on (default: $FENCE_REDIS_URL, else a private server "
+                        help="Redis to run on (default: $FENCE_REDIS_URL, else a private server "
                         "started and stopped with the project's scripts/redis.sh)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--record", action="store_true",
-                       help=f"also write the report to the repository's {EVIDENCE} (from the checkout's root)")
-    group.add_argument("--report", metavar="FILE", type=Path, help="also write the report to this file")
+
+
+def chosen_targets(args) -> list:
+    """The rows ``--row`` and ``--target`` name (neither: every built-in row), each row name once."""
+    from fence._plugins import absolute, load_storage, load_target
+    from fence.targets import TARGETS
+
+    rows = [(TARGETS[name], None) for name in dict.fromkeys(args.row or ())]
+    rows += [(load_target(spec), absolute(spec)) for spec in dict.fromkeys(args.target or ())]
+    if not rows:
+        rows = [(target, None) for target in TARGETS.values()]
+    seen: dict[str, str] = {}
+    for target, spec in rows:
+        named = spec or "the built-in row"
+        if target.row in seen:
+            raise BadInput(f"two targets are named {target.row!r} ({seen[target.row]} and {named}): a row names its "
+                           "report line and its files, so give each target a row of its own")
+        seen[target.row] = named
+        problem = target.server_problem()
+        if problem:  # fence targets starts every row's server: it takes one URL per kind, not per row
+            raise BadInput(f"target {target.row} ({named}) {problem.split(':')[0]}; fence targets starts the server "
+                           "each row needs, so name one fence starts")
+        load_storage(target)  # a storage that cannot be imported is one line before any server starts
+    return rows
+
+
+@contextlib.contextmanager
+def servers(given: dict[str, str | None]):
+    """``url(server)``: the URL of that server, given, from the environment, or started here (and stopped after).
+
+    Only the servers asked for are started; each is named once on stderr.
+    """
+    from fence.targets import postgres, redis
+
+    known = {
+        "postgres": (postgres, "PostgreSQL", "a private cluster started by scripts/postgres.sh"),
+        "redis": (redis, "Redis", "a private server started by scripts/redis.sh"),
+    }
+    with contextlib.ExitStack() as stack:
+        urls: dict[str, tuple[str, str]] = {}
+
+        def url(server: str) -> tuple[str, str]:
+            """(url, what it is) for ``server``."""
+            if server not in urls:
+                start, name, private = known[server]
+                found, ours = stack.enter_context(start(given.get(server)))
+                urls[server] = found, f"{name} ({private})" if ours else f"{name} at {found}"
+                print(f"{name}: {private if ours else found}", file=sys.stderr, flush=True)
+            return urls[server]
+
+        yield url
 
 
 def cmd_targets(args) -> int:
-    from fence.targets import (EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, EXPLORER_FAITHFULNESS, TARGETS, judge_target,
-                               postgres, redis)
+    from fence.targets import EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, EXPLORER_FAITHFULNESS, judge_target
 
-    # Checked before the work (fence._output): a report that cannot be written is one line now.
-    written = in_evidence(EVIDENCE) if args.record else args.report
-    if written is not None:
-        writable_file(written, "--record" if args.record else "--report")
+    # Checked before the work (fence._output): a file that cannot be written is one line now.
+    precheck(args)
+    written = in_evidence(EVIDENCE) if args.record else Path(args.report) if args.report else None
+    rows = chosen_targets(args)
     examples, steps, configs = PROFILES[args.profile]
-    rows = [TARGETS[name] for name in (args.row or TARGETS)]
     started = time.perf_counter()
-    servers = {  # only the servers the chosen rows need are started
-        "postgres": (postgres, args.postgres, "PostgreSQL", "a private cluster started by scripts/postgres.sh"),
-        "redis": (redis, args.redis, "Redis", "a private server started by scripts/redis.sh"),
-    }
-    with contextlib.ExitStack() as stack:
-        urls = {}
+    with servers({"postgres": args.postgres, "redis": args.redis}) as url_of:
         found = []
-        for index, target in enumerate(rows, 1):
-            if target.server not in urls:  # started when the first row that needs it comes
-                start, given, name, private = servers[target.server]
-                urls[target.server], ours = stack.enter_context(start(given))
-                print(f"{name}: {private if ours else urls[target.server]}", file=sys.stderr)
-            url = urls[target.server]
+        for index, (target, spec) in enumerate(rows, 1):
+            url, _ = url_of(target.server)
             engines = "the machines, then the explorer," if target.explorable else "the machines"
             for bound in EXPLORER_BOUNDS[args.profile][1:] if target.explorable else ():
                 engines += (f" then at {bound.capacity}x{bound.jobs}x{bound.max_attempts} for at most "
@@ -116,9 +176,20 @@ def cmd_targets(args) -> int:
                 raise
             found.append((report, replays, versions))
             print(f" {report.report.seconds:.1f}s", file=sys.stderr, flush=True)
+            if report.assumption_violated:
+                print(f"{target.row}: ADAPTER ASSUMPTION VIOLATED: {report.assumption_violated}", file=sys.stderr)
     seconds = time.perf_counter() - started
+    out = directory(args, "targets")
+    files = []
+    for (report, _, _), (target, spec) in zip(found, rows):
+        files += write_target_counterexamples(report.report, target, spec, out)
     text = _render(found, args, examples, configs, seconds)
+    if files:
+        text += f"\n\ncounterexamples written to {out}/ (ROW__POLICY__INVARIANT: .txt steps, .mmd Mermaid, " \
+                ".json for fence replay on the real system)"
     print(text)
+    if args.out and written is None:
+        written = out / "targets.txt"
     if written is not None:
         lines = header(command_line("fence targets"),
                        ("fence", "hypothesis", "procrastinate", "pgqueuer", "psycopg", "celery", "kombu", "redis"))
@@ -126,12 +197,122 @@ def cmd_targets(args) -> int:
     return _status(found)
 
 
+def record_of(target, spec: str | None):
+    """What a counterexample found on ``target`` records of it (``spec``: where it is found again; None: built in)."""
+    from fence._counterexample import TargetRecord
+    from fence._plugins import absolute
+
+    return TargetRecord(target.row, absolute(spec), absolute(target.storage), target.server)
+
+
+def write_target_counterexamples(report, target, spec: str | None, out: Path) -> list[Path]:
+    """Each violated cell's counterexample into ``out``, named by the row, recording the target.
+
+    The row's files from an earlier run that this run did not write are removed
+    (a cell that now holds has no counterexample); another row's are never touched.
+    """
+    record = record_of(target, spec)
+    mine: list[Path] = []
+    for cell in report.cells.values():
+        if cell.counterexample is not None:
+            cell.counterexample = replace(cell.counterexample, target=record)
+            mine.extend(_counterexample.write(cell.counterexample, out))
+    _counterexample.remove_stale(out, target.policy.name, mine, target.row)
+    return mine
+
+
 def _versions(target, url: str) -> dict[str, str]:
+    """The versions the storage reports (``versions()``), else the installed version of the target's system."""
     storage = target.open(url)
     try:
-        return storage.versions()
+        if callable(getattr(storage, "versions", None)):
+            return storage.versions()
     finally:
         storage.close()
+    from importlib import metadata
+
+    try:
+        return {target.system: metadata.version(target.system)}
+    except metadata.PackageNotFoundError:
+        return {}
+
+
+# -- fence replay FILE, for a counterexample found on a target ----------------------------------
+@dataclass(frozen=True)
+class TargetReplay:
+    """A target's counterexample replayed on its real system: where, the steps taken, what broke."""
+
+    row: str
+    invariant: str
+    system: str
+    """The system it replayed on, in words: the library and its version, the server and its URL."""
+    steps: tuple
+    """The world's steps (``fence._world.Step``), the drain's included."""
+    violation: str | None
+    broke_at: int | None
+    """The chosen step after which the invariant broke (a teardown invariant: the last)."""
+    not_enabled: str | None = None
+    """Why the run stopped short: a step the real system did not enable at its turn."""
+
+
+def replay_target(path: Path, postgres: str | None = None, redis: str | None = None) -> TargetReplay:
+    """Replay a target's counterexample on the real system it was found on (never on fence's model).
+
+    The target is found again from the file (its spec, or the built-in row), its
+    server taken from ``postgres``/``redis`` or the environment, or started by the
+    project's scripts; the run goes through the one replay loop
+    (``fence._minimise.play``) on a world made from the target's storage.
+    """
+    from fence._invariants import BY_NAME
+    from fence._minimise import NotEnabled, play
+
+    run = _counterexample.load_target(Path(path))
+    target = run.target
+    given = {"postgres": postgres, "redis": redis}
+    server = target.server
+    if target.server_problem():
+        named = [kind for kind, url in given.items() if url]
+        if len(named) != 1:
+            raise BadInput(f"{path}: target {target.row} {target.server_problem().split(':')[0]}: pass its URL with "
+                           "--postgres URL or --redis URL")
+        server = named[0]
+    with servers(given) as url_of:
+        url, where = url_of(server)
+        versions = _versions(target, url)
+        system = ", ".join(f"{name} {value}" for name, value in versions.items()) or target.system
+        storage = target.open(url)
+        try:
+            world = World(target.policy, run.config, storage.destination_factory, storage.ledger_factory)
+            try:
+                found = play(world, run.chosen, BY_NAME[run.invariant])
+                stopped = None
+            except NotEnabled as error:
+                found, stopped = None, str(error)
+            steps = tuple(world.trace)
+        finally:
+            storage.close()
+    return TargetReplay(target.row, run.invariant, f"{system} on {where}", steps,
+                        found.message if found else None, len(found.actions) if found else None, stopped)
+
+
+def cmd_replay_target(args) -> int:
+    """``fence replay FILE`` for a target's counterexample: 0 when it broke again on the real system, else 1."""
+    if args.tick is not None:
+        raise BadInput(f"--tick plays fence's model on threads; {args.file} was found on a target and replays on "
+                       "its real system only: drop --tick")
+    from fence._invariants import BY_NAME
+
+    result = replay_target(Path(args.file), args.postgres, args.redis)
+    inv = BY_NAME[result.invariant]
+    print(f"replay {args.file}: target {result.row}, invariant {inv.label}, on the real system: {result.system}")
+    for number, step in enumerate(result.steps, 1):
+        print(f"  {number:2}. t={step.now}: {'[drain] ' if step.drain else ''}{step.sentence}")
+    if result.violation:
+        print(f"BROKEN on the real system ({result.system}) at step {result.broke_at}: {inv.name}: {result.violation}")
+        return 0
+    why = result.not_enabled or f"all steps ran and {inv.name} held"
+    print(f"NOT BROKEN on the real system ({result.system}): {why}; the counterexample did not reproduce")
+    return 1
 
 
 def _replay_findings(target, url: str, found) -> dict[str, str]:
@@ -189,8 +370,13 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
     )
     for report, replays, _ in found:
         target = report.target
-        lines += ["", f"== {target.row}: claims the model policy '{target.policy.name}'",
-                  f"   recovery: {target.recovery}", f"   time: {target.time}"]
+        lines += ["", f"== {target.row}: claims the model policy '{target.policy.name}'"]
+        lines += [f"   {what}: {said}" for what, said in (("recovery", target.recovery), ("time", target.time)) if said]
+        if report.assumption_violated:
+            lines.append(f"   ADAPTER ASSUMPTION VIOLATED: {report.assumption_violated}")
+        elif report.adapter_tick is not None:
+            lines.append(f"   model time: one tick is {report.adapter_tick:g} s of the system's clock; the longest run "
+                         f"took {report.longest_run:.1f} s of real time, within half a tick")
         explored = report.report.exploration
         if explored is not None:
             lines.append(f"   explorer: {_explorer_line(explored)}")

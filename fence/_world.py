@@ -410,18 +410,24 @@ class World:
             return [action for actions in cache.values() for action in actions]
         return [action for kind in ACTION_KINDS for action in self.enabled(kind)]
 
-    def _can_reserve(self, job: str) -> bool:
-        bounded = self.draining or self.attempts_used[job] < self.config.max_attempts
-        return _protocol.ledger_free(self.ledger) >= 1 and bounded
+    def _within_attempts(self, job: str) -> bool:
+        return self.draining or self.attempts_used[job] < self.config.max_attempts
 
+    # The ledger is asked for its free units once per list, not once per job: the
+    # answer is the same for every job, and asking it per job made a state with a
+    # hundred jobs cost a hundred scans of the ledger.
     def _enabled_reserve(self) -> list[Action]:
-        return [Reserve(j) for j in self.jobs if self.attempts_used[j] == 0 and self._can_reserve(j)]
+        if _protocol.ledger_free(self.ledger) < 1:
+            return []
+        return [Reserve(j) for j in self.jobs if self.attempts_used[j] == 0 and self._within_attempts(j)]
 
     def _enabled_retry(self) -> list[Action]:
+        if not self.retry_queue or _protocol.ledger_free(self.ledger) < 1:
+            return []
         return [
             Retry(j, revised)
             for j in dict.fromkeys(self.retry_queue)
-            if self._can_reserve(j)
+            if self._within_attempts(j)
             for revised in (False, True)
         ]
 

@@ -94,12 +94,13 @@ class FenceCheck:
         options.setdefault("out", self._out)
         return self._noted(check(policy, **options))
 
-    def target(self, row, url: str, **options):
+    def target(self, target, url: str | None = None, **options):
+        """``check_target``: a built-in row's name, a ``fence.targets.Target`` or its spec; url None: its server."""
         from fence.testing import check_target
 
         options.setdefault("profile", self.profile)
         options.setdefault("out", self._out)
-        return self._noted(check_target(row, url, **options))
+        return self._noted(check_target(target, url, **options))
 
     def _noted(self, checked):
         from fence._verdicts import Verdict
@@ -107,7 +108,7 @@ class FenceCheck:
         counts = Counter(checked.verdicts.values())
         said = ", ".join(f"{counts[verdict]} {verdict.value}" for verdict in Verdict if counts[verdict])
         where = f"; counterexamples in {checked.out}" if checked.written else ""
-        self._request.node.user_properties.append((_PROPERTY, f"{checked.policy}: {said}{where}"))
+        self._request.node.user_properties.append((_PROPERTY, f"{checked.row or checked.policy}: {said}{where}"))
         return checked
 
 

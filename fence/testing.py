@@ -22,7 +22,10 @@ off) adds the ``fence_check`` fixture: ``check`` with counterexamples written
 under the test's own ``tmp_path``, the effort set once for the whole run
 (``--fence-profile quick|default|thorough``, ``--fence-seed N``), and a line
 per check in pytest's summary. ``check_target`` does the same for a job system
-under ``fence.targets``: a real queue on its real server.
+under ``fence.targets``: a real queue on its real server, a built-in row or
+your own ``fence.targets.Target`` (or its ``FILE.py:ATTR``); its
+counterexamples replay on that real system, by ``fence replay FILE`` or
+``replay_target(FILE)``, never on fence's model.
 
 Theory of operation
 -------------------
@@ -57,7 +60,7 @@ from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import CHECK_BOUNDS, DEFAULT_CONFIGS, PolicyReport, Verdict
 from fence._world import ModelConfig
 
-__all__ = ["Checked", "Verdict", "check", "check_target", "INVARIANT_NAMES"]
+__all__ = ["Checked", "Verdict", "check", "check_target", "replay_target", "INVARIANT_NAMES"]
 
 INVARIANT_NAMES = tuple(inv.name for inv in INVARIANTS)
 """The seven invariants, in the order of the verdict table."""
@@ -81,6 +84,14 @@ class Checked:
     """For a target: where the real system moved differently from the model policy it claims."""
     not_replayable_because: str = ""
     """Which plug-ins were passed as objects fence cannot import again ("": ``fence replay`` runs every file)."""
+    row: str | None = None
+    """For a target: its row, which names its files (``ROW__POLICY__INVARIANT.json``) and its failures."""
+    bound: ModelConfig | None = None
+    """For a target: the explorer's bound its legend names (``fence.targets.EXPLORER_BOUND``)."""
+    replay_options: str = ""
+    """For a target: what ``fence replay`` needs besides the file (``--postgres URL`` for a server you gave)."""
+    assumption_violated: str | None = None
+    """For a target: a run took more real time than half the tick its adapter assumes (``Target.tick_seconds``)."""
 
     @property
     def policy(self) -> str:
@@ -93,13 +104,16 @@ class Checked:
 
     def replay_file(self, invariant: str) -> Path | None:
         """The replayable JSON of ``invariant``'s counterexample, if it was violated."""
-        wanted = self.out / f"{_counterexample.stem(self.policy, _known(invariant))}.json"
+        wanted = self.out / f"{_counterexample.stem(self.policy, _known(invariant), self.row)}.json"
         return wanted if wanted in self.written else None
 
     @property
     def text(self) -> str:
         """What ``fence check`` prints: the table, then each counterexample's steps."""
-        return report_text([self.report], self.out if self.written else None)
+        text = report_text([self.report], self.out if self.written else None, self.bound)
+        if self.assumption_violated:
+            text += f"\n\nADAPTER ASSUMPTION VIOLATED: {self.assumption_violated}"
+        return text
 
     def __str__(self) -> str:
         return self.text
@@ -164,13 +178,15 @@ class Checked:
             ))
 
     def _failure(self, headline: str, names: Iterable[str]) -> str:
-        lines = [f"fence: policy {self.policy!r}: {headline}", "", self.text]
+        who = f"target {self.row!r} (claims the policy {self.policy!r})" if self.row else f"policy {self.policy!r}"
+        lines = [f"fence: {who}: {headline}", "", self.text]
         replays = [path for path in (self.replay_file(name) for name in names if name in BY_NAME) if path]
         if replays and self.not_replayable_because:
             lines.append(f"(fence replay cannot run these files: {self.not_replayable_because} cannot be imported "
                          "again; pass it as MODULE:ATTR, or a class or function defined at a module's top level)")
         else:
-            lines += [f"replay it: fence replay {path}" for path in replays]
+            on = " on the real system" if self.row else ""
+            lines += [f"replay it{on}: fence replay {path}{self.replay_options}" for path in replays]
         return "\n".join(lines)
 
 
@@ -267,35 +283,89 @@ def check(
 
 
 def check_target(
-    row, url: str, *, profile: str = "quick", explore: bool = True, out: str | Path | None = None,
+    target, url: str | None = None, *, profile: str = "quick", explore: bool = True, out: str | Path | None = None,
 ) -> Checked:
-    """Both engines on a real job system (a ``fence.targets`` row, by name or as a ``Target``) at ``url``.
+    """Both engines on a real job system at ``url`` (None: its server, from the environment or started here).
+
+    ``target`` is a built-in row's name (``"procrastinate"``), a
+    ``fence.targets.Target``, or the spec of one (``MODULE:ATTR``,
+    ``FILE.py:ATTR``), as ``fence targets --row`` and ``--target`` take them.
+    Without ``url``, the server the target names (``Target.server``) is
+    ``$FENCE_POSTGRES_URL`` / ``$FENCE_REDIS_URL``, else a private one started
+    and stopped by the project's scripts.
 
     The machines at the profile's configurations, then, for a target whose
     storage can be restored (``Target.explorable``) and unless ``explore`` is
-    False, the explorer at ``fence.targets.EXPLORER_BOUND``: a guarded row can
-    then be ``assert_proved`` within that bound; by the machines alone it is
-    ``assert_not_found`` at best (``profile="deep"`` walks 2 units x 2 jobs x 2 attempts
-    after it, for ``fence.targets.EXPLORER_DEEP_BUDGET`` seconds: what it finds is found, and
+    False, the explorer at ``fence.targets.EXPLORER_BOUND`` (the bound the
+    legend names): a guarded row can then be ``assert_proved`` within that
+    bound; by the machines alone it is ``assert_not_found`` at best
+    (``profile="deep"`` walks 2 units x 2 jobs x 2 attempts after it, for
+    ``fence.targets.EXPLORER_DEEP_BUDGET`` seconds: what it finds is found, and
     it proves nothing more). ``lockstep_findings`` lists where the system
-    moved differently from the model policy it claims.
+    moved differently from the model policy it claims. Counterexamples are
+    named by the row and record the target, so that ``fence replay FILE``
+    replays them on the real system (``replay_target`` here).
     """
     from fence._targets_cli import PROFILES as TARGET_PROFILES
+    from fence._targets_cli import servers, write_target_counterexamples
     from fence._verdicts import profile_settings
-    from fence.targets import EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, TARGETS, judge_target
+    from fence.targets import EXPLORER_BOUND, EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, judge_target
 
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
-    if isinstance(row, str):
-        if row not in TARGETS:
-            raise BadInput(f"unknown target {row!r}: use one of {', '.join(TARGETS)}, or pass a fence.targets.Target")
-        row = TARGETS[row]
+    chosen, spec = _target(target)
+    if url is None and chosen.server_problem():
+        raise BadInput(f"target {chosen.row} {chosen.server_problem()} to check_target")
     examples, steps, configs = TARGET_PROFILES[profile]
-    found = judge_target(row, url, configs=configs, run_settings=profile_settings(examples, steps), explore=explore,
-                         faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:])
+    with servers({} if url is None else {chosen.server: url}) as url_of:
+        found = judge_target(chosen, url if url is not None else url_of(chosen.server)[0], configs=configs,
+                             run_settings=profile_settings(examples, steps), explore=explore,
+                             faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:])
     directory = _directory(out)
-    written = write_counterexamples([found.report], directory)
-    return Checked(found.report, directory, written, found.lockstep_findings)
+    written = write_target_counterexamples(found.report, chosen, spec, directory)
+    unimportable = spec.removeprefix(UNIMPORTABLE) if spec and spec.startswith(UNIMPORTABLE) else ""
+    option = {"postgres": " --postgres", "redis": " --redis"}.get(chosen.server, " --postgres")
+    return Checked(found.report, directory, written, found.lockstep_findings,
+                   not_replayable_because=unimportable and f"the target ({unimportable})", row=chosen.row,
+                   bound=EXPLORER_BOUND, replay_options=f"{option} {url}" if url is not None else "",
+                   assumption_violated=found.assumption_violated)
+
+
+def _target(given) -> tuple:
+    """The target, and the spec a counterexample records for it (None: a built-in row, found by its name)."""
+    from fence._plugins import absolute, checked_target, load_target, target_spec_of
+    from fence.targets import TARGETS
+
+    if isinstance(given, str):
+        if ":" in given:
+            return load_target(given), absolute(given)
+        if given not in TARGETS:
+            raise BadInput(f"unknown target {given!r}: use one of {', '.join(TARGETS)}, a fence.targets.Target, "
+                           "or its spec (MODULE:ATTR or FILE.py:ATTR)")
+        return TARGETS[given], None
+    target = checked_target(given, repr(getattr(given, "row", given)))
+    if TARGETS.get(target.row) is target:
+        return target, None
+    return target, target_spec_of(target) or f"{UNIMPORTABLE}a Target not found at any module's top level"
+
+
+def replay_target(path: str | Path, url: str | None = None):
+    """Replay a target's counterexample (a .json ``check_target`` or ``fence targets`` wrote) on its real system.
+
+    What ``fence replay FILE`` does: the target is found again from the file,
+    its server is ``url`` (None: from the environment, or started here), and
+    the run is played on a world made from the target's storage, never on
+    fence's model. Returns the replay: ``violation`` (None: it did not break
+    again), ``broke_at``, ``steps``, and ``system`` (which system it ran on).
+    """
+    from fence._targets_cli import replay_target as replay
+
+    run = _counterexample.load_target(Path(path))
+    server = run.target.server
+    if url is not None and run.target.server_problem():
+        server = "redis" if url.startswith(("redis://", "rediss://", "unix://")) else "postgres"
+    given = {server: url} if url is not None else {}
+    return replay(Path(path), postgres=given.get("postgres"), redis=given.get("redis"))
 
 
 def _directory(out: str | Path | None) -> Path:

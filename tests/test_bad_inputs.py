@@ -25,6 +25,8 @@ from fence._cli import main
 REPO = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "plugins_bad"
 PINNED = Path(__file__).resolve().parent / "pinned" / "naive__no_duplicate_writes.json"
+DESK = Path(__file__).resolve().parent / "user_targets" / "forgetful_desk.py"
+"""A user's target (tests/test_targets_user.py runs it); here only loaded, or named in a counterexample."""
 LEVEL_LINE = re.compile(r"(\[explorer\] .+?: )?depth \d+: [\d,]+ distinct states, ")
 """The explorer's progress line: explore's own, or the one check and verdicts print for it."""
 
@@ -79,6 +81,20 @@ def files(tmp_path: Path) -> dict[str, Path]:
         change(data)
         made[name] = tmp_path / f"{name}.json"
         made[name].write_text(json.dumps(data))
+    # A counterexample found on a target names it: such a file replays on the real system only.
+    desk = {"row": "forgetful-desk", "spec": f"{DESK}:FORGETFUL_DESK", "storage": f"{DESK}:ForgetfulDeskStorage",
+            "server": "redis"}
+    for name, target, policy in [
+        ("target_found", desk, "abandon-fenced"),
+        ("target_corrupt", {"row": 1}, "abandon-fenced"),
+        ("target_unknown_row", {**desk, "row": "sidekiq", "spec": None}, "abandon-fenced"),
+        ("target_unimportable", {**desk, "spec": "unimportable:a Target not found at any module's top level"},
+         "abandon-fenced"),
+        ("target_gone", {**desk, "spec": f"{tmp_path / 'gone.py'}:DESK"}, "abandon-fenced"),
+        ("target_other_policy", desk, "naive"),
+    ]:
+        made[name] = tmp_path / f"{name}.json"
+        made[name].write_text(json.dumps({**pinned, "policy": policy, "target": target}))
     return made
 
 
@@ -241,6 +257,34 @@ CASES |= {
     "replay missing plug-in": (["replay", "{missing_plugin}"], "no file"),
     "replay tick 0": (["replay", str(PINNED), "--tick", "0"], "positive number of seconds"),
     "replay tick too long": (["replay", str(PINNED), "--tick", "100"], "use at most"),
+    "replay a target's on the model": (["replay", "{target_found}", "--tick", "0.01"], "replays on its real system only"),
+    "replay the model's with a server": (["replay", str(PINNED), "--redis", "redis://127.0.0.1:1/0"],
+                                         "are for a target's counterexample"),
+    "replay target record corrupt": (["replay", "{target_corrupt}"], "\"target\" must hold row, spec, storage"),
+    "replay target no such row": (["replay", "{target_unknown_row}"], "which is no built-in row"),
+    "replay target unimportable": (["replay", "{target_unimportable}"], "cannot find again"),
+    "replay target file gone": (["replay", "{target_gone}"], "no file"),
+    "replay target now claims another policy": (["replay", "{target_other_policy}"], "it now claims 'abandon-fenced'"),
+    # -- targets: a user's Target, loaded before any server starts
+    "targets target without attribute": (["targets", "--target", "forgetful"], "write it as MODULE:ATTR or FILE.py:ATTR"),
+    "targets target a built-in row": (["targets", "--target", "procrastinate"], "named with --row"),
+    "targets target missing file": (["targets", "--target", "{missing}.py:DESK"], "no file"),
+    "targets target no attribute": (["targets", "--target", f"{DESK}:NOPE"], "has no attribute 'NOPE'"),
+    "targets target not a Target": (["targets", "--target", f"{DESK}:NOT_A_TARGET"], "not a fence.targets.Target"),
+    "targets target storage spec": (["targets", "--target", _plugin("targets:STORAGE_WITHOUT_ATTRIBUTE")],
+                                    "storage 'mypkg.queue': write it as MODULE:ATTR"),
+    "targets target no server": (["targets", "--target", _plugin("targets:NO_SERVER")], "names no server"),
+    "targets target unknown server": (["targets", "--target", _plugin("targets:UNKNOWN_SERVER")],
+                                      "server 'mongodb' is not one fence starts"),
+    "targets target zero tick": (["targets", "--target", _plugin("targets:ZERO_TICK")],
+                                 "tick_seconds must be a positive number"),
+    "targets two targets one row": (["targets", "--target", f"{DESK}:FORGETFUL_DESK", "--target",
+                                     _plugin("targets:SAME_ROW_AS_THE_DESK")], "two targets are named 'forgetful-desk'"),
+    "targets target out is a file": (["targets", "--target", f"{DESK}:FORGETFUL_DESK", "--out", "{a_file}"],
+                                     "is a file, not a directory"),
+    "targets storage not importable": (["targets", "--target", _plugin("targets:STORAGE_NOT_INSTALLED"), "--redis",
+                                        "redis://127.0.0.1:1/0"], "importing no_such_queue_library_xyz failed"),
+    "targets record and out": (["targets", "--record", "--out", "{out}"], "not allowed with argument"),
     # -- db
     "db unknown action": (["db", "frobnicate", "memory:"], "invalid choice: 'frobnicate'"),
     "db no url": (["db", "check"], "required: url"),
@@ -287,7 +331,7 @@ CASES |= {
     "probe-sdk unknown option": (["probe-sdk", "--deep"], "unrecognized arguments: --deep"),
 }
 OUTSIDE_A_CHECKOUT = {"bench record outside a checkout", "experiments record outside a checkout"}
-ENGINES_RUN = {name for name, (argv, _) in CASES.items() if any(BAD.name in a for a in argv)}
+ENGINES_RUN = {name for name, (argv, _) in CASES.items() if any(BAD.name in a for a in argv) and argv[0] != "targets"}
 """Cases whose plug-ins load: they pass --out (a run without it names its temporary directory
 on stderr first) and --workers 1 where the command has it (no processes to start)."""
 
@@ -444,3 +488,13 @@ def test_a_closed_pipe_exits_141_quietly(argv, tmp_path):
         os.close(writer)
     assert done.returncode == 141, done.stderr
     assert [line for line in done.stderr.splitlines() if not line.startswith("depth ")] == [], done.stderr
+
+
+@pytest.mark.parametrize("argv", [["bogus"], ["naive", "extra"]], ids=["unknown-policy", "two-words"])
+def test_the_agent_fleet_example_refuses_a_bad_policy_in_one_line(argv):
+    """`python examples/agent_fleet.py bogus` names the policies it knows, exit 2, no traceback, no fleet run."""
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "agent_fleet.py"), *argv],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and "abandon-fenced" in done.stderr, done.stderr

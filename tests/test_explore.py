@@ -309,6 +309,20 @@ def test_a_violation_found_under_a_budget_is_still_violated_and_the_rest_undeter
     assert found.outcome() is Outcome.VIOLATED
 
 
+def test_a_state_budget_stops_inside_one_expansion_not_after_it():
+    """A wide bound's first state has a successor per job: the budget is asked after each new one.
+
+    With 40 jobs the root alone has 40 successors; a budget asked only between
+    expansions stopped with all of them (and at a hundred jobs, after minutes of
+    drains), not at the states asked for.
+    """
+    wide = ModelConfig(capacity=40, jobs=40, max_attempts=2, horizon=3)
+    found = explore(POLICIES["naive"], wide, max_states=10)
+    assert found.stopped_by == "max_states" and not found.exhausted
+    assert found.states == 10
+    assert all(result.outcome is not Outcome.PROVED for result in found.results.values())
+
+
 @pytest.mark.parametrize("name", list(POLICIES))
 def test_the_explorer_concludes_at_the_ci_bound_what_was_recorded(name):
     """Every figure of the CI-bound row equals tools/explorer-results.json: states, transitions, depth,

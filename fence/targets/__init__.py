@@ -21,44 +21,36 @@ system, next to the verdicts.
 
 Each target also says how it moves time without sleeping (procrastinate: its
 workers' heartbeat timestamps are moved back in the database; pgqueuer: its
-jobs' heartbeats) and which
-server it needs, started through the project's own scripts
-(``fence/_scripts/postgres.sh``, ``fence/_scripts/redis.sh``).
+jobs' heartbeats; celery: kombu's delivery times) and which server it needs,
+started through the project's own scripts (``fence/_scripts/postgres.sh``,
+``fence/_scripts/redis.sh``).
 
-Both engines run on a target. The exhaustive explorer copies worlds, and a
-ledger in a database cannot be copied, but it can be restored
-(``fence._restore``). A target's ledger class implements two methods and
-inherits ``fence._restore.Restorable``:
+Writing a target of your own needs only this package's public modules:
 
-``dump() -> image``
-    everything the ledger keeps on the server, as one immutable in-memory value
-    (the target's rows, the sequences or counters that decide the next ids,
-    time kept as whole ticks before the server's clock, never as instants);
-``load(image)``
-    make the server hold exactly that image, whatever it held before.
+``fence.targets.protocol``
+    the target ledger protocol with every required member, the base classes
+    ``TargetLedger`` and ``TargetStorage`` (a ledger from four methods of
+    yours: its records, a record's state, the system's expiry query, its
+    completion call), ``ModelTime`` (a tick in the server's seconds, a lease as
+    a timeout), the "accepted" helpers for systems that refuse nothing
+    (``only_if_it_moves``, ``refused_unless``), the rule that one janitor call
+    touches one reservation, and the restore machinery the explorer copies a
+    ledger by (``Restorable``, ``Restorer``, ``reads``, ``writes``);
+``fence.targets.images``
+    dump, load and snapshot of a Redis database (``RedisDatabase``,
+    ``RedisSession``) and of PostgreSQL tables with their sequences
+    (``PostgresTables``), time kept as ticks.
 
-It marks each call that reaches the server (``Restorer.claim`` before a read;
-``claim`` and ``changing`` before a write, as ``ProcrastinateLedger._run``
-does, or the ``reads``/``writes`` decorators), names its connection in
-``SHARED``, and calls ``self._restoring(restorer)`` at the end of its
-constructor, with one ``Restorer`` per connection made by the storage, whose
-fresh-world factory calls ``restorer.release()`` before it empties the
-server. Its ``snapshot()`` must then hold everything that decides its next
-answers, canonicalised only where equal states differ (ids that depend on the
-path taken, an instant): the explorer merges states by it, and its
+``examples/redis_job_list.py`` is such a target, outside fence, in about a
+hundred lines; ``fence.testing.check_target`` runs your ``Target`` as it runs a
+row of ``TARGETS``. The shipped rows are written the same way, so every one is
+explorable: the explorer restores each copy's image before it reaches the
+server, keys states by the ledger's ``snapshot()``, and its
 ``FaithfulnessCheck`` replays paths on an emptied server to catch a snapshot
-that drops too much or an image that forgets something. fence's destination
-beside the target is restorable already (``fence.backends._restoring``, on
-the storage's ``ModelStorage``). pgqueuer implements the two methods on its
-tables as procrastinate does (the queue table, its log and statistics, their
-sequences; queue managers by rank in the snapshot); celery with Redis reads
-every key's values back (delivery times as ticks; no key it drives has an
-expiry) and loads them after a ``FLUSHDB`` of its own database number, its
-destination being fence's in-memory one, copied as any plug-in. Every row is
-explorable.
+that drops too much or an image that forgets something.
 
-A target row is a ``Target``; ``TARGETS`` lists them in the order ``fence
-targets`` prints them. Importing this package does not import any job system:
+A target row is a ``Target``; ``TARGETS`` lists the shipped rows in the order
+``fence targets`` prints them. Importing this package does not import any job system:
 each target's module is imported when its storage is opened, so a missing
 library is one line (``BadInput``) naming the extra to install.
 """
@@ -66,56 +58,104 @@ library is one line (``BadInput``) naming the extra to install.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 from hypothesis import settings
 
-from fence._errors import BadInput
 from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
 from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
+from fence.targets.images import PostgresTables, RedisDatabase, RedisImage, RedisSession, SchemaImage
+from fence.targets.protocol import (
+    ModelTime, TargetLedger, TargetStorage, only_if_it_moves, refused_unless,
+)
 
-@dataclass(frozen=True)
+SERVERS = ("postgres", "redis")
+"""The servers fence starts for a target (``fence/_scripts/postgres.sh``, ``redis.sh``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Target:
-    """One row of ``fence targets``: a real system, configured one way, and the model it claims."""
+    """One row of ``fence targets``: a real system, configured one way, and the model it claims.
+
+    A user's target is one of these at a module's top level, passed to ``fence
+    targets --target FILE.py:ATTR`` (or ``MODULE:ATTR``) or to
+    ``fence.testing.check_target``; nothing in fence is edited to add one.
+    """
 
     row: str
-    """The row's name (``procrastinate``, ``procrastinate+guard``)."""
+    """The row's name (``procrastinate``, ``procrastinate+guard``): its report line and its files."""
     system: str
     """The library under test, as pip names it (its version goes into the evidence)."""
-    policy: JanitorPolicy
-    """The model policy this configuration of the system claims to implement."""
-    recovery: str
-    """What the system does with a lease that ran out, in its own words."""
-    time: str
-    """How fence moves the system's time without sleeping."""
-    server: str
-    """The server it needs (``postgres``, ``redis``), started by the project's scripts."""
+    policy: JanitorPolicy | str
+    """The model policy this configuration of the system claims to implement (or a built-in's name)."""
     storage: str
-    """``MODULE:ATTR`` of a callable (url) -> storage with destination_factory, ledger_factory, close."""
+    """``MODULE:ATTR`` or ``FILE.py:ATTR`` of a callable (url, **options) -> storage with
+    ``destination_factory``, ``ledger_factory`` and ``close`` (``versions`` if it can say them)."""
+    server: str | None = None
+    """The server it needs, started by the project's scripts when no URL is given (``postgres``,
+    ``redis``); None, or another name: the caller always gives the URL."""
+    recovery: str = ""
+    """What the system does with a lease that ran out, in its own words."""
+    time: str = ""
+    """How fence moves the system's time without sleeping."""
+    tick_seconds: float | None = None
+    """The seconds of the system's clock one model tick stands for in the adapter (its model time). A
+    lease of L ticks is judged as a timeout of (L - 1/2) ticks, so the half tick must absorb the real
+    time a run takes: ``fence targets`` says when a run outlasted it. None: the ledger's own
+    ``time.tick_seconds`` (a ``ModelTime``), if it has one."""
     options: dict = field(default_factory=dict)
     """Keyword arguments for the storage."""
     extra: str = ""
     """The pip extra that installs the system (``pip install 'fence[EXTRA]'``)."""
     explorable: bool = False
-    """Its ledger and destination are restorable (``fence._restore``: ``dump``/``load``), so the
+    """Its ledger and destination are restorable (``fence.targets.protocol``: ``dump``/``load``), so the
     explorer can walk it too; until then only the machines judge it, and its cells say so."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.policy, str):  # a built-in's name, or MODULE:ATTR / FILE.py:ATTR
+            from fence._plugins import load_policy
+
+            object.__setattr__(self, "policy", load_policy(self.policy))
+
+    def problem(self) -> str | None:
+        """Why this cannot be a target row (one line), or None."""
+        from fence._plugins import storage_spec_problem
+        from fence._policies import policy_problem
+
+        if not isinstance(self.row, str) or not self.row.strip():
+            return f"row must be a non-empty name, not {self.row!r}"
+        problem = policy_problem(self.policy)
+        if problem:
+            return f"policy is not a janitor policy: {problem}"
+        problem = storage_spec_problem(self.storage)
+        if problem:
+            return f"storage {problem}"
+        if self.tick_seconds is not None and not (
+                isinstance(self.tick_seconds, (int, float)) and self.tick_seconds > 0):
+            return f"tick_seconds must be a positive number of seconds, not {self.tick_seconds!r}"
+        if not isinstance(self.options, dict):
+            return f"options must be a dict of keyword arguments for the storage, not {type(self.options).__name__}"
+        return None
+
+    def server_problem(self) -> str | None:
+        """Why fence cannot start this target's server itself (it needs a URL given), or None."""
+        if self.server is None:
+            return "names no server (server='postgres' or 'redis'): pass its URL"
+        if self.server not in SERVERS:
+            return f"server {self.server!r} is not one fence starts ({', '.join(SERVERS)}): pass its URL"
+        return None
 
     def open(self, url: str):
         """This target's storage on the server at ``url``: every world made from it starts empty."""
-        module_name, _, attribute = self.storage.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as error:
-            raise BadInput(
-                f"target {self.row}: {error}; install it with pip install 'fence[{self.extra}]'"
-            ) from None
-        return getattr(module, attribute)(url, **self.options)
+        from fence._plugins import load_storage
+
+        return load_storage(self)(url, **self.options)
 
 
 TARGETS: dict[str, Target] = {
@@ -129,6 +169,7 @@ TARGETS: dict[str, Target] = {
             "on the same row; the worker's finish_job(job) checks the job id and status only",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": False},
             extra="procrastinate",
@@ -143,6 +184,7 @@ TARGETS: dict[str, Target] = {
             "committed, then finish_job(succeeded), or finish_job(failed) and defer a fresh row",
             time="each worker's last_heartbeat is moved back in procrastinate_workers, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.procrastinate:ProcrastinateStorage",
             options={"guarded": True},
             extra="procrastinate",
@@ -157,6 +199,7 @@ TARGETS: dict[str, Target] = {
             "the stale worker's log_jobs(job) and update_heartbeat are keyed by the job id alone",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": False},
             extra="pgqueuer",
@@ -171,6 +214,7 @@ TARGETS: dict[str, Target] = {
             "committed, then log_jobs(successful), or log_jobs(exception) and enqueue a fresh row",
             time="each job's heartbeat and execute_after are moved back in the pgqueuer table, 60 s per tick",
             server="postgres",
+            tick_seconds=60.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.pgqueuer:PgqueuerStorage",
             options={"guarded": True},
             extra="pgqueuer",
@@ -184,6 +228,7 @@ TARGETS: dict[str, Target] = {
             "queue under the same delivery tag; a worker's basic_ack removes that tag, whoever holds it now",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
+            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": False},
             extra="celery",
@@ -198,6 +243,7 @@ TARGETS: dict[str, Target] = {
             "basic_ack, or basic_reject and publish a fresh message (a new task id and delivery tag)",
             time="each delivery time in kombu's unacked_index is moved back, 600 s per tick",
             server="redis",
+            tick_seconds=600.0,  # TICK_SECONDS of its module (tests/test_targets_user.py checks)
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": True},
             extra="celery",
@@ -243,6 +289,26 @@ class TargetReport:
     """Per configuration: where the system moved differently from its model policy."""
     deeper: list = field(default_factory=list)
     """The explorer's walks beyond its first bound (``judge_target``'s ``deeper``), in order."""
+    longest_run: float = 0.0
+    """Real seconds of the longest Hypothesis run, from its fresh world to its teardown."""
+    adapter_tick: float | None = None
+    """The seconds one model tick stands for (``Target.tick_seconds``, else the ledger's ``time``); None: unstated."""
+
+    @property
+    def assumption_violated(self) -> str | None:
+        """What a run longer than half the adapter's tick puts at risk, or None.
+
+        A lease of L ticks is a timeout of (L - 1/2) ticks of the system's clock
+        (``fence.targets.protocol.ModelTime.timeout``): a stamp written in a run
+        ages by the real seconds the run takes too, and once they reach half a
+        tick the system calls a lease expired a tick before the model does.
+        """
+        tick = self.adapter_tick
+        if tick is None or self.longest_run <= tick / 2:
+            return None
+        return (f"a run took {self.longest_run:.1f} s of real time, more than half the {tick:g} s one model tick "
+                f"stands for in this adapter: the system's clock may call a lease expired a tick before the model "
+                f"does, so a verdict may be about time the model never saw; lengthen the adapter's tick")
 
     @property
     def lockstep_findings(self) -> list:
@@ -276,7 +342,7 @@ def judge_target(
     fresh databases, the row combined with its dangers), with the lockstep
     mirror added to each run's machine. Then, unless ``explore`` is False or
     the target is not ``explorable``, the exhaustive explorer walks ``explorer_bound`` on the same storage (its
-    ledger and destination are restorable, ``fence._restore``: copies take turns
+    ledger and destination are restorable, ``fence.targets.protocol``: copies take turns
     on the database), with its ``FaithfulnessCheck`` replaying ``faithfulness``
     (new states, merges) on emptied tables; ``with_explorer`` combines the two
     engines' words per cell as ``fence check`` does. A budget that runs out
@@ -288,6 +354,7 @@ def judge_target(
     """
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
+    clock = RunClock()
     results = []
     report = None
     walks = []
@@ -303,9 +370,10 @@ def judge_target(
 
             results.append(survey_config(
                 target.policy, config, run_settings=run_settings,
-                destination_factory=storage.destination_factory, ledger_factory=storage.ledger_factory,
+                destination_factory=storage.destination_factory, ledger_factory=clock.timed(storage.ledger_factory),
                 wrap_machine=wrap if lockstep else None,
             ))
+            clock.stop()
         report = combine(target.policy, results)
         if explore and target.explorable:
             exploration = explore_target(target, storage, explorer_bound, faithfulness=faithfulness,
@@ -317,7 +385,43 @@ def judge_target(
                 walks.append(walk)
     finally:
         storage.close()
-    return TargetReport(target, report, found, walks)
+    tick = target.tick_seconds if target.tick_seconds is not None else clock.tick
+    return TargetReport(target, report, found, walks, clock.longest, tick)
+
+
+class RunClock:
+    """The real seconds of the machines' runs on a target, each from its fresh world to the next one's.
+
+    It wraps the storage's ledger factory, not the machine: Hypothesis seeds a
+    derandomised run from the machine class's source, so a class of our own
+    around the machine would change every target's draws. A run is timed from
+    its world's ledger to the next run's (or ``stop``), the Hypothesis work
+    between two runs included, so the figure errs long. A ledger that states its
+    tick (its ``time.tick_seconds``, a ``ModelTime``) is heard here too.
+    """
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.tick: float | None = None
+        self._started: float | None = None
+
+    def timed(self, ledger_factory):
+        def fresh_ledger(capacity: int):
+            self.stop()
+            self._started = time.perf_counter()
+            ledger = ledger_factory(capacity)
+            tick = getattr(getattr(ledger, "time", None), "tick_seconds", None)
+            if isinstance(tick, (int, float)) and tick > 0:
+                self.tick = tick if self.tick is None else min(self.tick, tick)
+            return ledger
+
+        return fresh_ledger
+
+    def stop(self) -> None:
+        """The run under way (if any) ends now."""
+        if self._started is not None:
+            self.longest = max(self.longest, time.perf_counter() - self._started)
+            self._started = None
 
 
 def _with_violations(report: PolicyReport, found) -> None:
@@ -376,3 +480,10 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
         return
     with private_redis() as url:
         yield url, True
+
+
+__all__ = [
+    "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "ModelTime", "PostgresTables", "RedisDatabase", "RedisImage",
+    "RedisSession", "SchemaImage", "Target", "TargetLedger", "TargetReport", "TargetStorage", "explore_target",
+    "judge_target", "only_if_it_moves", "refused_unless",
+]

@@ -78,7 +78,7 @@ Time moves without sleeping: a model tick is ``TICK_SECONDS`` of Redis time,
 and moving the clock on moves every delivery time in ``unacked_index`` back by
 that much (ZINCRBY): the only writes fence makes to kombu's keys itself, with
 the FLUSHDB that empties the database for each world and the explorer's
-restores (the ledger is restorable, ``fence._restore``: its ``Image`` is every
+restores (the ledger is restorable, ``fence.targets.protocol``: its ``Image`` is every
 key, delivery times as ticks; its ``snapshot()`` names delivery tags and task
 ids by rank). A lease
 of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``: the
@@ -106,15 +106,17 @@ import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport.redis import Mutex, MutexHeld
 
-from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorer
 from fence.guard import Guard
-from fence.targets._common import TargetLedger, TargetStorage
+from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis
+from fence.targets.protocol import (
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
+    TargetStorage, only_if_it_moves,
+)
 
-TICK_SECONDS = 600.0
-"""How much of Redis time one model tick is."""
+TIME = ModelTime(tick_seconds=600.0)
+"""One model tick is ten minutes of Redis time."""
+TICK_SECONDS = TIME.tick_seconds
 TASK_NAME = "fence_ticket"
 """The task whose messages fence publishes: its body is the world's worker writing the ticket."""
 NEVER_WITHIN_A_RUN = 10_000 * TICK_SECONDS
@@ -126,20 +128,12 @@ UNACKED_INDEX = kombu_redis.Channel.unacked_index_key
 BINDINGS = b"_kombu.binding"
 """The prefix of kombu's binding keys (``_kombu.binding.<exchange>``, ``_kombu.binding_permanent.<exchange>``)."""
 
-MOVE_BACK = """
-for _, tag in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-    redis.call('ZINCRBY', KEYS[1], -tonumber(ARGV[1]), tag)
-end
-"""
-"""Time moving on, in Redis: the one write fence makes to kombu's keys itself."""
-
 S = ReservationState
-EXISTING_MOVES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
 
 
 def visible_after(lease_ticks: float) -> float:
     """kombu's ``visibility_timeout`` for a lease of that many ticks (see the module doc)."""
-    return (lease_ticks - 0.5) * TICK_SECONDS
+    return TIME.timeout(lease_ticks)
 
 
 def make_app(url: str, *, visibility_timeout: float) -> celery.Celery:
@@ -234,90 +228,22 @@ def recover_expired(
     return settled
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
-@dataclass(frozen=True)
-class Image:
-    """Everything a world keeps in its Redis database, as a value: every key, its type and its contents.
-
-    ``keys`` is a tuple of (key, type, contents), sorted by key: a list's items
-    in order, a hash's and a set's members sorted, a string's value, a sorted
-    set's (member, score) pairs; all as Redis returns them (bytes). The
-    delivery times in kombu's ``unacked_index`` are kept as whole ticks before
-    the clock at the dump (``ticks ago``), and a load sets them that far before
-    the clock at the load: the model's time is in those ticks, the real seconds
-    between two calls are not. Delivery tags and task ids are kept as they are
-    (kombu and celery answer with them); ``CeleryLedger.snapshot()`` names them
-    by rank. No key fence drives has an expiry (kombu's restore mutex is gone
-    again when restore_visible returns); a dump that meets one refuses.
-    """
-
-    keys: tuple[tuple[bytes, str, object], ...]
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
+Image = RedisImage
+"""Every key of the session's Redis database; the delivery times in kombu's ``unacked_index`` as
+ticks ago. Delivery tags and task ids are kept as they are (kombu and celery answer with them);
+``CeleryLedger.snapshot()`` names them by rank. No key fence drives has an expiry (kombu's restore
+mutex is gone again when restore_visible returns)."""
 
 
 def dump_keys(client: redis.Redis) -> Image:
-    """Every key of the client's database, read back as an ``Image`` (two pipelined round trips)."""
-    names = sorted(client.keys("*"))
-    with client.pipeline(transaction=True) as pipe:
-        for name in names:
-            pipe.type(name)
-            pipe.pttl(name)
-        described = pipe.execute()
-    types = [kind.decode() if isinstance(kind, bytes) else kind for kind in described[0::2]]
-    for name, ttl in zip(names, described[1::2]):
-        if ttl != -1:
-            raise BackendError(f"Redis key {name!r} has an expiry ({ttl} ms): fence's image keeps no expiries")
-    readers = {
-        "list": lambda pipe, name: pipe.lrange(name, 0, -1),
-        "hash": lambda pipe, name: pipe.hgetall(name),
-        "set": lambda pipe, name: pipe.smembers(name),
-        "zset": lambda pipe, name: pipe.zrange(name, 0, -1, withscores=True),
-        "string": lambda pipe, name: pipe.get(name),
-    }
-    with client.pipeline(transaction=True) as pipe:
-        for name, kind in zip(names, types):
-            if kind not in readers:
-                raise BackendError(f"Redis key {name!r} is a {kind}: fence's image keeps lists, hashes, sets, "
-                                   "sorted sets and strings")
-            readers[kind](pipe, name)
-        contents = pipe.execute()
-    now = time.time()
-    keys = []
-    for name, kind, value in zip(names, types, contents):
-        if kind == "list":
-            value = tuple(value)
-        elif kind == "hash":
-            value = tuple(sorted(value.items()))
-        elif kind == "set":
-            value = tuple(sorted(value))
-        elif kind == "zset":
-            if name.decode() == UNACKED_INDEX:
-                value = tuple((member, round((now - score) / TICK_SECONDS)) for member, score in value)
-            else:
-                value = tuple(value)
-        keys.append((name, kind, value))
-    return Image(tuple(keys))
+    """Every key of the client's database, read back as an ``Image``."""
+    return dump_redis(client, TIME, timestamps=(UNACKED_INDEX,))
 
 
 def load_keys(client: redis.Redis, image: Image) -> None:
     """Make the client's database hold exactly ``image``: FLUSHDB and every key written back, in one transaction."""
-    now = time.time()
-    with client.pipeline(transaction=True) as pipe:
-        pipe.flushdb()
-        for name, kind, value in image.keys:
-            if kind == "list":
-                pipe.rpush(name, *value)
-            elif kind == "hash":
-                pipe.hset(name, mapping=dict(value))
-            elif kind == "set":
-                pipe.sadd(name, *value)
-            elif kind == "zset":
-                if name.decode() == UNACKED_INDEX:
-                    pipe.zadd(name, {member: now - ticks * TICK_SECONDS for member, ticks in value})
-                else:
-                    pipe.zadd(name, dict(value))
-            else:
-                pipe.set(name, value)
-        pipe.execute()
+    load_redis(client, image, TIME, timestamps=(UNACKED_INDEX,))
 
 
 _IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -352,35 +278,28 @@ class _Delivery:
 class CeleryLedger(TargetLedger):
     """fence.Ledger's interface on celery and kombu's Redis transport (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session (its client
+    Restorable (``fence.targets.protocol``): its copies share the session (its client
     and kombu channels), each with its own ``Image`` of the Redis database,
     loaded before it next reaches it, and its own copy of each taken message's
     ack state; so the explorer copies it like any plug-in.
     """
 
-    SHARED = ("_session",)
-
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        self.capacity = capacity
-        self.guarded = guarded
-        self._session = session
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._deliveries: dict[str, _Delivery] = {}
         self._messages: dict[str, _Taken] = {}
         """Each reservation's message as its worker channel took it (the ack goes through it)."""
-        self._count_by_key: dict[str, int] = {}
         self._published: set[str] = set()
         self._acked: dict[str, tuple[str, Move]] = {}
         """tag -> (the delivery it was unacked under when a move removed it, that move)."""
         self._held: set[str] = set()
         """Reservations the guarded recovery took from their worker (kombu has no such state)."""
-        self._now = 0.0
-        self._lease: float | None = None
         self._unacked_tags: set[str] | None = None
         self._visible: list[str] | None = None
         """What Redis answered since the last call that may change it."""
         self._restoring(session.restorer)  # the database as it is now: the storage emptied it
 
-    # -- the image (fence._restore) ---------------------------------------------------------
+    # -- the image (fence.targets.protocol) ---------------------------------------------------------
     def dump(self) -> Image:
         return dump_keys(self._session.client)
 
@@ -392,18 +311,12 @@ class CeleryLedger(TargetLedger):
         self._forget_reads()
 
     # -- talking to Redis ----------------------------------------------------------------
-    def _writing(self) -> None:
-        """Before a call that may change the database: it holds this copy's image, which is dumped again later."""
-        self._restorer.claim(self)
-        self._restorer.changing(self)
-        self._forget_reads()
-
     def _forget_reads(self) -> None:
         self._unacked_tags = self._visible = None
 
     def _read(self) -> None:
         """Which tags kombu holds unacked, and which restore_visible's query lists: one round trip."""
-        self._restorer.claim(self)
+        self._reading()
         with self._session.client.pipeline(transaction=False) as pipe:
             pipe.hkeys(UNACKED)
             if self._lease is not None:
@@ -425,20 +338,16 @@ class CeleryLedger(TargetLedger):
         """Seconds after which a delivery is past its lease: kombu's visibility_timeout, or the recovery's lease."""
         return visible_after(self._lease)
 
-    def _past_lease(self) -> list[str]:
+    def _visible_tags(self) -> list[str]:
         """The tags restore_visible's query lists (``tags_past``), read with the unacked tags."""
         if self._visible is None:
             self._read()
         return self._visible
 
-    def _move_time(self, now: float | None) -> None:
-        """Move Redis' idea of 'now' on to ``now`` (ticks): every delivery time moves back."""
-        if now is None or now <= self._now:
-            return
+    def _move_clock(self, ticks: float) -> None:
+        """Redis' clock moves on: every delivery time in unacked_index moves back."""
         self._writing()
-        self._session.move_delivery_times_back((now - self._now) * TICK_SECONDS)
-        self._now = now
-        self._forget_reads()
+        self._session.database.move_time(ticks)
 
     # -- reading ------------------------------------------------------------------------
     def _latest(self, tag: str) -> _Delivery:
@@ -458,14 +367,9 @@ class CeleryLedger(TargetLedger):
     def _records(self) -> dict[str, _Delivery]:
         return self._deliveries
 
-    def expired(self, now: float | None = None) -> list[Reservation]:
-        """The reservations whose tag restore_visible's query lists, still unacked under them."""
-        self._move_time(now)
-        visible = set(self._past_lease())
-        return [
-            r for d in self._deliveries.values()
-            if d.tag in visible and (r := self._reservation(d)).state is S.RESERVED
-        ]
+    def _past_lease(self, delivery: _Delivery) -> bool:
+        """restore_visible's query lists its tag."""
+        return delivery.tag in self._visible_tags()
 
     def snapshot(self) -> tuple:
         """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
@@ -504,21 +408,16 @@ class CeleryLedger(TargetLedger):
              self._messages[d.reservation_id].message._state)
             for d in self._deliveries.values()
         )
-        keys = []
-        for name, kind, value in self.image().keys:
-            if name.startswith(BINDINGS):
-                continue
+        image = self.image()
+        for name, kind, value in image.keys:
             if kind == "hash" and name.decode() == UNACKED:
                 routed = {json.loads(entry)[1] for _, entry in value}
                 if routed - {""}:
                     raise BackendError(f"a message in kombu's unacked was published to exchange(s) {sorted(routed)}: "
                                        "the snapshot leaves out the bindings, which only the anonymous exchange ignores")
-            if kind == "zset" and name.decode() == UNACKED_INDEX:
-                value = tuple((member, self._now - ticks) for member, ticks in value)
-            value = canonical(value)
-            keys.append((canonical(name), kind, tuple(sorted(value)) if kind in ("hash", "set", "zset") else value))
+        keys = self._session.database.snapshot(image, self._now, leave_out=(BINDINGS,), canonical=canonical)
         acked = tuple(sorted((canonical(tag), rid, move.value) for tag, (rid, move) in self._acked.items()))
-        return (deliveries, tuple(sorted(keys)), acked, tuple(sorted(self._held)), tuple(sorted(self._published)),
+        return (deliveries, keys, acked, tuple(sorted(self._held)), tuple(sorted(self._published)),
                 tuple(sorted(self._count_by_key.items())), self._lease)
 
     def delivery_of(self, reservation_id: str) -> tuple[str, str]:
@@ -532,12 +431,10 @@ class CeleryLedger(TargetLedger):
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        if self._lease is not None and lease != self._lease:
-            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._judged_by(lease)
         self._move_time(now)
-        self._lease = lease
-        count = self._count_by_key.get(key, 0) + 1
-        worker = self._session.worker(f"{key}/r{count}")
+        reservation_id = self._next_id(key)
+        worker = self._session.worker(reservation_id)
         self._writing()
         message = worker.basic_get(key, no_ack=False)
         if message is None and (self.guarded or key not in self._published):
@@ -547,49 +444,36 @@ class CeleryLedger(TargetLedger):
         self._forget_reads()
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: kombu's basic_get found no message in queue {key!r}")
-        self._count_by_key[key] = count
-        delivery = _Delivery(f"{key}/r{count}", key, owner, message.delivery_tag, message.headers["id"],
-                             (now or 0) + lease)
+        self._taken(key)
+        delivery = _Delivery(reservation_id, key, owner, message.delivery_tag, message.headers["id"], (now or 0) + lease)
         self._deliveries[delivery.reservation_id] = delivery
         self._messages[delivery.reservation_id] = _Taken(message)
         return self._reservation(delivery)
 
     def _removing(self, tag: str, move: Move, call: Callable[[], None], what: str) -> None:
-        """Make kombu's ``call`` on ``tag``; IllegalMove if it removed nothing (kombu says nothing either way)."""
-        was_unacked = tag in self._unacked()
-        self._writing()
-        call()
-        self._forget_reads()
-        if not was_unacked:
-            raise IllegalMove(
-                f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
-                "(restored, rejected or acked before), and kombu accepts the call without a word"
-            )
+        """Make kombu's ``call`` on ``tag``: accepted only if it removed the tag from unacked (kombu refuses nothing)."""
+
+        def call_writing() -> None:
+            self._writing()
+            call()
+            self._forget_reads()
+
+        only_if_it_moves(lambda: tag in self._unacked(), call_writing,
+                         f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
+                         "(restored, rejected or acked before), and kombu accepts the call without a word")
         self._acked[tag] = (self._latest(tag).reservation_id, move)
 
-    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+    def _confirm(self, delivery: _Delivery, move: Move) -> _Delivery:
         """The worker's ack after the body ran (Message.ack, basic_ack), as celery's worker with acks_late makes it."""
-        if move not in (Move.CONFIRM, Move.CONFIRM_EXISTING):
-            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
-        mine = [d for d in self._deliveries.values() if d.key == key and d.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it never took a message for that key")
-        delivery = mine[-1]
         self._removing(delivery.tag, move, self._messages[delivery.reservation_id].message.ack, f"ack of {delivery.reservation_id}")
-        return self._reservation(self._latest(delivery.tag))
-
-    def confirm(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM)
-
-    def confirm_existing(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+        return self._latest(delivery.tag)
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move, made with kombu's calls on the reservation's delivery tag."""
         delivery = self._deliveries[reservation_id]
         janitor = self._janitor_channel()
         if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            visible = self._past_lease()
+            visible = self._visible_tags()
             if delivery.tag not in visible or self._latest(delivery.tag) is not delivery or reservation_id in self._held:
                 raise IllegalMove(
                     f"{move.value} on {reservation_id}: restore_visible's query does not list its delivery tag "
@@ -619,7 +503,7 @@ class CeleryLedger(TargetLedger):
         which ranks a tick's deliveries anew: see ``load``), never from a read made before.
         """
         self._restorer.claim(self)
-        place = self._past_lease().index(tag)
+        place = self._visible_tags().index(tag)
         before = set(self._unacked())
         self._writing()
         self._janitor_channel().qos.restore_visible(start=place, num=1, interval=1)
@@ -646,11 +530,11 @@ class Session:
         self._workers: dict[str, object] = {}
         self._janitors: dict[float, object] = {}
         self.restorer = Restorer()
-        """Which ledger's image the Redis database holds (fence._restore)."""
+        """Which ledger's image the Redis database holds (fence.targets.protocol)."""
         try:
             self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
             self.client.ping()
-            self._move_back = self.client.register_script(MOVE_BACK)
+            self.database = RedisDatabase(self.client, TIME, timestamps=(UNACKED_INDEX,))
             self.app = make_app(url, visibility_timeout=visibility_timeout)
             self.producer = self.app.amqp.Producer(self._connection(None))
         except Exception as error:
@@ -695,10 +579,6 @@ class Session:
         if visibility_timeout not in self._janitors:
             self._janitors[visibility_timeout] = self.channel(visibility_timeout=visibility_timeout)
         return self._janitors[visibility_timeout]
-
-    def move_delivery_times_back(self, seconds: float) -> None:
-        """Every delivery time in kombu's unacked_index, ``seconds`` earlier: one atomic script."""
-        self._move_back(keys=[UNACKED_INDEX], args=[seconds])
 
     def publish(self, key: str) -> None:
         """The task message for ``key``, published by celery itself (acks_late, the key's own queue)."""

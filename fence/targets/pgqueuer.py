@@ -59,7 +59,7 @@ back by that much. A lease of L ticks is a ``heartbeat_timeout`` of
 time between two statements, so a job is stale from the tick its lease runs
 out, never a tick early or late. That is the only SQL of fence's own on
 pgqueuer's tables, with the ``TRUNCATE`` that empties them for each world and
-the explorer's restores: the ledger is restorable (``fence._restore``), its
+the explorer's restores: the ledger is restorable (``fence.targets.protocol``), its
 ``Image`` the queue table, its log and statistics and their id sequences
 (heartbeats as ticks), its ``snapshot()`` that image with each queue manager
 named by rank.
@@ -77,7 +77,6 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -86,25 +85,26 @@ from pgqueuer.domain.errors import DuplicateJobError
 from pgqueuer.domain.models import TracebackRecord
 from pgqueuer.queries import EntrypointExecutionParameter
 
-from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorer
 from fence.guard import Guard, GuardedAttempt
-from fence.targets._common import TargetLedger, TargetStorage
+from fence.targets.images import PostgresTables, SchemaImage
+from fence.targets.protocol import (
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
+    TargetStorage, refused_unless,
+)
 
-TICK_SECONDS = 60.0
-"""How much of the database's clock one model tick is."""
+TIME = ModelTime(tick_seconds=60.0)
+"""One model tick is a minute of the database's clock."""
+TICK_SECONDS = TIME.tick_seconds
 KEY_HEADER = "fence_key"
 """The job header that carries its idempotency key (pgqueuer's Job has no dedupe_key field)."""
 
 S = ReservationState
-EXISTING_FINISHES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
 
 
 def heartbeat_timeout(lease_ticks: float) -> timedelta:
     """pgqueuer's ``heartbeat_timeout`` for a lease of that many ticks (see the module doc)."""
-    return timedelta(seconds=(lease_ticks - 0.5) * TICK_SECONDS)
+    return timedelta(seconds=TIME.timeout(lease_ticks))
 
 
 async def ensure_schema(queries: Queries) -> None:
@@ -165,8 +165,7 @@ async def complete(queries: Queries, job: Job, status: str, traceback: Traceback
     """
     present = await queries.queue_job_by_id(job.id)
     await queries.log_jobs([(job, status, traceback)])
-    if present is None:
-        raise IllegalMove(f"pgqueuer's log_jobs({job.id}, {status}) changed nothing: no row {job.id} in its queue")
+    refused_unless(present is not None, f"pgqueuer's log_jobs({job.id}, {status}) changed nothing: no row {job.id} in its queue")
 
 
 async def settle_existing(queries: Queries, job: Job) -> None:
@@ -227,86 +226,24 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
     return guard.attempt(key_of(job), attempt_id(job, pick))
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
 TIMES_AS_TICKS = ("heartbeat", "execute_after")
 """The queue rows' instants the dequeue compares with ``NOW()``: kept as whole ticks before the clock."""
+Image = SchemaImage
+"""pgqueuer's queue table, its log and its statistics, and their sequences. Every instant but
+``TIMES_AS_TICKS`` (a row's ``created``/``updated``, a log entry's ``created``) is kept as it is: no
+call fence makes compares them with the clock, and the log's order by ``created`` is its order by id."""
 
 
-@dataclass(frozen=True)
-class Image:
-    """Everything a world keeps in pgqueuer's tables, as a value: the queue table, its log and its
-    statistics, each as JSON text ordered by id, and their id sequences' states.
-
-    A queue row's ``heartbeat`` and ``execute_after`` are kept as whole ticks
-    before the database's clock at the dump (``heartbeat_ticks_ago``,
-    ``execute_after_ticks_ago``), and a load sets them that far before the
-    clock at the load: the model's time is in those ticks, the real seconds
-    between two calls are not. Every other instant (a row's ``created`` and
-    ``updated``, a log entry's ``created``) is kept as it is: no call fence
-    makes compares them with the clock, and the log's order by ``created``
-    (``job_status``) is its order by id, which a load keeps.
-    """
-
-    tables: tuple[str, ...]
-    """Per table (queue, log, statistics): a JSON array of the rows."""
-    sequences: str
-    """A JSON array of [last_value, is_called] per table."""
-
-    @cached_property
-    def rows(self) -> tuple[list[dict], ...]:
-        return tuple(json.loads(text) for text in self.tables)
-
-    @cached_property
-    def job_sequence(self) -> tuple:
-        """The queue table's id sequence: it decides the next job's id, which fence's refusals name."""
-        return tuple(json.loads(self.sequences)[0])
-
-
-def dump_query(tables: tuple[str, ...], sequences: dict[str, str]) -> str:
-    """One statement that reads a ledger's ``Image`` (``tables``: queue, log, statistics, qualified)."""
-    parts = []
-    for number, table in enumerate(tables):
-        row = "to_jsonb(t)"
-        if number == 0:
-            ticks = ", ".join(
-                f"'{column}_ticks_ago', round(extract(epoch FROM now() - t.{column}) / {TICK_SECONDS})::int"
-                for column in TIMES_AS_TICKS
-            )
-            row = f"(to_jsonb(t) - {' - '.join(repr(c) for c in TIMES_AS_TICKS)}) || jsonb_build_object({ticks})"
-        parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY t.id), '[]') FROM {table} t)::text AS t{number}")
-    states = ", ".join(f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[table]})" for table in tables)
-    return f"SELECT {', '.join(parts)}, jsonb_build_array({states})::text AS sequences"
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (the session checks standard_conforming_strings is on)."""
-    return "'" + text.replace("'", "''") + "'"
+def tables_image(tables: tuple[str, ...]) -> PostgresTables:
+    """The image of pgqueuer's tables (queue, log, statistics, qualified), the queue rows' times as ticks."""
+    return PostgresTables(tables, TIME, timed={tables[0]: {c: f"{c}_ticks_ago" for c in TIMES_AS_TICKS}},
+                          identity=tables)
 
 
 def load_script(image: Image, tables: tuple[str, ...], sequences: dict[str, str]) -> str:
-    """One transaction, as one script, that makes pgqueuer's tables hold exactly ``image``.
-
-    Rows are inserted with their ids (the queue table's NOTIFY trigger fires;
-    nobody listens), the queue rows' heartbeats and execute_after set back from
-    their ticks, and every sequence set as it was.
-    """
-    statements = ["BEGIN"] + [f"DELETE FROM {table}" for table in reversed(tables)]
-    for number, (table, text) in enumerate(zip(tables, image.tables)):
-        rows = f"{_literal(text)}::jsonb"
-        if number == 0:
-            instants = ", ".join(
-                f"'{column}', now() - make_interval(secs => (j->>'{column}_ticks_ago')::int * {TICK_SECONDS})"
-                for column in TIMES_AS_TICKS
-            )
-            rows = f"(SELECT coalesce(jsonb_agg(j || jsonb_build_object({instants})), '[]') FROM jsonb_array_elements({rows}) j)"
-        statements.append(f"INSERT INTO {table} OVERRIDING SYSTEM VALUE SELECT * FROM jsonb_populate_recordset(NULL::{table}, {rows})")
-    states = json.loads(image.sequences)
-    statements.append("SELECT " + ", ".join(
-        f"setval({_literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
-        for table, (last, called) in zip(tables, states)
-    ))
-    statements.append("COMMIT")
-    return ";\n".join(statements)
+    """One transaction, as one script, that makes pgqueuer's tables hold exactly ``image``."""
+    return tables_image(tables).load_script(image, sequences)
 
 
 # -- the ledger ---------------------------------------------------------------------------
@@ -325,53 +262,40 @@ class _Pick:
 class PgqueuerLedger(TargetLedger):
     """fence.Ledger's interface on pgqueuer's queue table (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session, each with its
+    Restorable (``fence.targets.protocol``): its copies share the session, each with its
     own ``Image`` of pgqueuer's tables, loaded before it next reaches them; so
     the explorer copies it like any plug-in.
     """
 
-    SHARED = ("_session",)
-
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        self.capacity = capacity
-        self.guarded = guarded
-        self._session = session
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._picks: dict[str, _Pick] = {}
-        self._count_by_key: dict[str, int] = {}
         self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
         """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
         self._finished_by: dict[int, Move] = {}
         """Which move completed each row (pgqueuer keeps no result)."""
-        self._now = 0.0
-        self._lease: float | None = None
         self._rows: dict[int, Job] | None = None
         self._logged: dict[int, str] | None = None
         self._stale: set[tuple[int, uuid.UUID]] | None = None
         """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
 
-    # -- the image (fence._restore) ---------------------------------------------------------
-    def dump(self) -> Image:
-        return self._session.dump()
-
-    def load(self, image: Image) -> None:
-        self._session.load(image)
-
     # -- talking to pgqueuer -----------------------------------------------------------
     @property
     def _queries(self) -> Queries:
         return self._session.queries
 
+    def _forget_reads(self) -> None:
+        self._rows = self._logged = self._stale = None
+
     def _run(self, coroutine):
         """A call that may change pgqueuer's rows: what was read before is read again."""
-        self._restorer.claim(self)
-        self._restorer.changing(self)
-        self._rows = self._logged = self._stale = None
+        self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, Job]:
         if self._rows is None:
-            self._restorer.claim(self)
+            self._reading()
             rows = self._session.run(self._queries.browse_queue(limit=10_000))
             self._rows = {job.id: job for job in rows}
         return self._rows
@@ -380,14 +304,12 @@ class PgqueuerLedger(TargetLedger):
         """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
         if self._logged is None:
             ids = sorted({p.job.id for p in self._picks.values()})
-            self._restorer.claim(self)
+            self._reading()
             self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
         return self._logged.get(job_id)
 
-    def _move_time(self, now: float | None) -> None:
-        """Move the database's idea of 'now' on to ``now`` (ticks): heartbeats move back."""
-        if now is None or now <= self._now:
-            return
+    def _move_clock(self, ticks: float) -> None:
+        """The database's clock moves on: every row's heartbeat and execute_after move back."""
         table = self._queries.qbe.settings.qualified.queue_table
         self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
         self._restorer.claim(self)
@@ -395,16 +317,15 @@ class PgqueuerLedger(TargetLedger):
         self._session.run(self._queries.driver.execute(
             f"UPDATE {table} SET heartbeat = heartbeat - make_interval(secs => $1), "
             "execute_after = execute_after - make_interval(secs => $1)",
-            (now - self._now) * TICK_SECONDS,
+            TIME.seconds(ticks),
         ))
-        self._now = now
 
     def _stale_picks(self) -> set[tuple[int, uuid.UUID]]:
         """(job id, queue manager) of every row pgqueuer's stale_jobs lists."""
         if self._lease is None:
             return set()
         if self._stale is None:
-            self._restorer.claim(self)
+            self._reading()
             stale = self._session.run(self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))
             self._stale = {(job.id, job.queue_manager_id) for job in stale}
         return self._stale
@@ -433,7 +354,7 @@ class PgqueuerLedger(TargetLedger):
         if row is None:
             if self._last_logged(pick.job.id) != "successful":
                 return S.UNUSED  # logged exception (abandoned by the guarded recovery)
-            return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_FINISHES else S.CONFIRMED
+            return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_MOVES else S.CONFIRMED
         if row.status == "picked":
             if row.queue_manager_id == pick.queue_manager:
                 return S.RESERVED
@@ -444,14 +365,9 @@ class PgqueuerLedger(TargetLedger):
     def _records(self) -> dict[str, _Pick]:
         return self._picks
 
-    def expired(self, now: float | None = None) -> list[Reservation]:
-        """The reservations whose row stale_jobs lists, with their queue manager still on it."""
-        self._move_time(now)
-        stale = self._stale_picks()
-        return [
-            r for p in self._picks.values()
-            if (p.job.id, p.queue_manager) in stale and (r := self._reservation(p)).state is S.RESERVED
-        ]
+    def _past_lease(self, pick: _Pick) -> bool:
+        """stale_jobs lists its row, with its queue manager still on it."""
+        return (pick.job.id, pick.queue_manager) in self._stale_picks()
 
     def snapshot(self) -> tuple:
         """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
@@ -496,15 +412,13 @@ class PgqueuerLedger(TargetLedger):
         counted = tuple(json.dumps({k: v for k, v in row.items() if k not in ("id", "created")}, sort_keys=True)
                         for row in statistics)
         finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
-        return (rows, logged, counted, image.job_sequence, picks, repicks, tuple(sorted(self._count_by_key.items())),
+        return (rows, logged, counted, image.sequence(0), picks, repicks, tuple(sorted(self._count_by_key.items())),
                 finished, self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        if self._lease is not None and lease != self._lease:
-            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._judged_by(lease)
         self._move_time(now)
-        self._lease = lease
         mine = [p for p in self._picks.values() if p.key == key]
         repicked = self._repicks.pop(mine[-1].reservation_id, None) if mine and not self.guarded else None
         if repicked is not None:
@@ -518,29 +432,16 @@ class PgqueuerLedger(TargetLedger):
             if picked is None:
                 raise IllegalMove(f"reserve {key!r} for {owner!r}: pgqueuer's dequeue took no job for entrypoint {key!r}")
             job, queue_manager = picked
-        count = self._count_by_key.get(key, 0) + 1
-        self._count_by_key[key] = count
-        pick = _Pick(f"{key}/r{count}", key, owner, job, queue_manager, (now or 0) + lease)
+        pick = _Pick(self._next_id(key), key, owner, job, queue_manager, (now or 0) + lease)
+        self._taken(key)
         self._picks[pick.reservation_id] = pick
         return self._reservation(pick)
 
-    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+    def _confirm(self, pick: _Pick, move: Move) -> _Pick:
         """The worker's log_jobs(job, successful) on the job it was given, as pgqueuer's queue manager flushes it."""
-        if move not in (Move.CONFIRM, Move.CONFIRM_EXISTING):
-            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
-        mine = [p for p in self._picks.values() if p.key == key and p.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it was never given a job for that key")
-        pick = mine[-1]
         self._run(complete(self._queries, pick.job, "successful"))
         self._finished_by[pick.job.id] = move
-        return self._reservation(self._latest_pick(pick.job.id))
-
-    def confirm(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM)
-
-    def confirm_existing(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+        return self._latest_pick(pick.job.id)
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move: the stale re-pick (expiry), or the guarded recovery's log_jobs (settles)."""
@@ -586,23 +487,14 @@ class Session:
             names = self.queries.qbe.settings.qualified
             self.tables = (names.queue_table, names.queue_table_log, names.statistics_table)
             """What a ledger's image holds, in the order a load inserts them."""
-            self.sequences = self._sequences()
+            self.image = tables_image(self.tables)
+            self.sequences = self.image.sequences_from(self.run(self.queries.driver.fetch(self.image.sequences_query())))
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: cannot open pgqueuer there ({str(error).strip().splitlines()[0]})") from None
         self.restorer = Restorer()
-        """Which ledger's image pgqueuer's tables hold (fence._restore)."""
-        self._dump_query = dump_query(self.tables, self.sequences)
-
-    def _sequences(self) -> dict[str, str]:
-        conforming = self.run(self.queries.driver.fetch("SHOW standard_conforming_strings"))
-        if conforming[0]["standard_conforming_strings"] != "on":
-            raise BackendError("standard_conforming_strings is off; fence's restore needs it on")
-        found = {}
-        for table in self.tables:
-            rows = self.run(self.queries.driver.fetch("SELECT pg_get_serial_sequence($1, 'id') AS sequence", table))
-            found[table] = rows[0]["sequence"]
-        return found
+        """Which ledger's image pgqueuer's tables hold (fence.targets.protocol)."""
+        self._dump_query = self.image.dump_query(self.sequences)
 
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
@@ -610,11 +502,11 @@ class Session:
     def empty(self) -> None:
         """Empty pgqueuer's tables for a fresh world (the ledger using them keeps its image)."""
         self.restorer.release()
-        self.run(self.queries.driver.execute(f"TRUNCATE {', '.join(self.tables)} RESTART IDENTITY"))
+        self.run(self.queries.driver.execute(self.image.empty_statement()))
 
     def dump(self) -> Image:
         (row,) = self.run(self.queries.driver.fetch(self._dump_query))
-        return Image(tuple(row[f"t{number}"] for number in range(len(self.tables))), row["sequences"])
+        return self.image.image_from(row)
 
     def load(self, image: Image) -> None:
         self.run(self.connection.execute(load_script(image, self.tables, self.sequences)))

@@ -53,22 +53,23 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from functools import cached_property
 
 import procrastinate
 import psycopg_pool
 from procrastinate import exceptions as procrastinate_errors
 from procrastinate import jobs as procrastinate_jobs
 
-from fence._errors import BackendError, IllegalMove, StaleAttempt
-from fence._ledger import Move, Reservation, ReservationState
 from fence._policies import Decision
-from fence._restore import Restorer
 from fence.guard import Guard
-from fence.targets._common import TargetLedger, TargetStorage
+from fence.targets.images import PostgresTables, SchemaImage
+from fence.targets.protocol import (
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
+    TargetStorage,
+)
 
-TICK_SECONDS = 60.0
-"""How much of the database's clock one model tick is."""
+TIME = ModelTime(tick_seconds=60.0)
+"""One model tick is a minute of the database's clock."""
+TICK_SECONDS = TIME.tick_seconds
 TASK_NAME = "fence_ticket"
 """The task whose jobs fence defers: its body is the world's worker writing the ticket."""
 TABLES = "procrastinate_jobs, procrastinate_workers, procrastinate_events, procrastinate_periodic_defers"
@@ -77,12 +78,11 @@ IMAGE_TABLES = ("procrastinate_workers", "procrastinate_jobs", "procrastinate_ev
 
 S = ReservationState
 FINISHED = procrastinate_jobs.Status.SUCCEEDED.value
-EXISTING_FINISHES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
 
 
 def stalled_after(lease_ticks: float) -> float:
     """procrastinate's ``seconds_since_heartbeat`` for a lease of that many ticks (see the module doc)."""
-    return (lease_ticks - 0.5) * TICK_SECONDS
+    return TIME.timeout(lease_ticks)
 
 
 def make_app(url: str) -> procrastinate.App:
@@ -176,83 +176,20 @@ async def recover_stalled_jobs(app: procrastinate.App, guard: Guard, *, seconds_
     return settled
 
 
-# -- the ledger's image: what the explorer copies (fence._restore) ----------------------------
-@dataclass(frozen=True)
-class Image:
-    """Everything a world keeps in procrastinate's tables, as a value: each table's rows, as JSON
-    text ordered by id, and every id sequence's state.
-
-    A worker's ``last_heartbeat`` is kept as whole ticks before the database's
-    clock at the dump (``heartbeat_ticks_ago``), and a load sets it that far
-    before the clock at the load: the model's time is in those ticks, while the
-    real seconds that pass between two calls (the half tick of the module doc)
-    are not part of any state. Events keep their timestamps as they are: only
-    ``select_stalled_jobs_by_started`` and ``delete_old_jobs`` read them, and
-    fence calls neither.
-    """
-
-    tables: tuple[str, ...]
-    """Per ``IMAGE_TABLES``: a JSON array of the rows."""
-    sequences: str
-    """A JSON array of [last_value, is_called] per ``IMAGE_TABLES``."""
-
-    @cached_property
-    def rows(self) -> dict[str, list[dict]]:
-        return {table: json.loads(text) for table, text in zip(IMAGE_TABLES, self.tables)}
-
-    @cached_property
-    def job_sequence(self) -> tuple:
-        """The job id sequence's state: it decides the next job's id, which procrastinate's refusals name."""
-        return tuple(json.loads(self.sequences)[IMAGE_TABLES.index("procrastinate_jobs")])
-
-
-def dump_query(sequences: dict[str, str]) -> str:
-    """One statement that reads a ledger's ``Image`` (the sequences' names as pg_get_serial_sequence gives them)."""
-    parts = []
-    for table in IMAGE_TABLES:
-        row = "to_jsonb(t)"
-        if table == "procrastinate_workers":
-            row = (f"(to_jsonb(t) - 'last_heartbeat') || jsonb_build_object('heartbeat_ticks_ago', "
-                   f"round(extract(epoch FROM now() - t.last_heartbeat) / {TICK_SECONDS})::int)")
-        parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY t.id), '[]') FROM {table} t)::text AS {table}")
-    sequence_states = ", ".join(
-        f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[table]})" for table in IMAGE_TABLES
-    )
-    return f"SELECT {', '.join(parts)}, jsonb_build_array({sequence_states})::text AS sequences"
-
-
-def _literal(text: str) -> str:
-    """A SQL string literal (the session checks standard_conforming_strings is on)."""
-    return "'" + text.replace("'", "''") + "'"
+# -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
+TABLES_IMAGE = PostgresTables(
+    IMAGE_TABLES, TIME, timed={"procrastinate_workers": {"last_heartbeat": "heartbeat_ticks_ago"}},
+    identity=("procrastinate_workers",), refilled_by_triggers=("procrastinate_events",), cascade=True,
+)
+"""procrastinate's four tables and their sequences, a worker's heartbeat as ticks ago. Events keep
+their timestamps as they are: only ``select_stalled_jobs_by_started`` and ``delete_old_jobs`` read
+them, and fence calls neither; the events a job's insert trigger writes are replaced by the image's."""
+Image = SchemaImage
 
 
 def load_script(image: Image, sequences: dict[str, str]) -> str:
-    """One transaction, as one script, that makes procrastinate's tables hold exactly ``image``.
-
-    Rows are inserted with their ids; the triggers procrastinate fires on an
-    insert (an event, a NOTIFY nobody listens to) run, and the events they wrote
-    are replaced by the image's. Then every sequence is set as it was.
-    """
-    statements = ["BEGIN"]
-    statements += [f"DELETE FROM {table}" for table in reversed(IMAGE_TABLES)]
-    for table, text in zip(IMAGE_TABLES, image.tables):
-        rows = f"{_literal(text)}::jsonb"
-        overriding = ""
-        if table == "procrastinate_workers":
-            rows = (f"(SELECT coalesce(jsonb_agg(w || jsonb_build_object('last_heartbeat', now() - "
-                    f"make_interval(secs => (w->>'heartbeat_ticks_ago')::int * {TICK_SECONDS}))), '[]') "
-                    f"FROM jsonb_array_elements({rows}) w)")
-            overriding = " OVERRIDING SYSTEM VALUE"  # its id is GENERATED ALWAYS
-        if table == "procrastinate_events":
-            statements.append("DELETE FROM procrastinate_events")  # what the jobs' insert triggers wrote
-        statements.append(f"INSERT INTO {table}{overriding} SELECT * FROM jsonb_populate_recordset(NULL::{table}, {rows})")
-    states = json.loads(image.sequences)
-    statements.append("SELECT " + ", ".join(
-        f"setval({_literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
-        for table, (last, called) in zip(IMAGE_TABLES, states)
-    ))
-    statements.append("COMMIT")
-    return ";\n".join(statements)
+    """One transaction, as one script, that makes procrastinate's tables hold exactly ``image``."""
+    return TABLES_IMAGE.load_script(image, sequences)
 
 
 # -- the ledger ---------------------------------------------------------------------------
@@ -271,66 +208,49 @@ class _Fetch:
 class ProcrastinateLedger(TargetLedger):
     """fence.Ledger's interface on procrastinate's job table (see the module doc).
 
-    Restorable (``fence._restore``): its copies share the session, each with its
+    Restorable (``fence.targets.protocol``): its copies share the session, each with its
     own ``Image`` of procrastinate's tables, loaded before it next reaches them;
     so the explorer copies it like any plug-in.
     """
 
-    SHARED = ("_session",)
-
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        self.capacity = capacity
-        self.guarded = guarded
-        self._session = session
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._fetches: dict[str, _Fetch] = {}
-        self._count_by_key: dict[str, int] = {}
         self._finished_by: dict[int, Move] = {}
         """Which move finished each row (procrastinate keeps no result)."""
-        self._now = 0.0
-        self._lease: float | None = None
         self._rows: dict[int, procrastinate_jobs.Job] | None = None
         self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
         """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
 
-    # -- the image (fence._restore) ---------------------------------------------------------
-    def dump(self) -> Image:
-        return self._session.dump()
-
-    def load(self, image: Image) -> None:
-        self._session.load(image)
-
     # -- talking to procrastinate ------------------------------------------------------
+    def _forget_reads(self) -> None:
+        self._rows = self._stalled_jobs = None
+
     def _run(self, coroutine):
         """A call that may change procrastinate's rows: what was read before is read again."""
-        self._restorer.claim(self)
-        self._restorer.changing(self)
-        self._rows = self._stalled_jobs = None
+        self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, procrastinate_jobs.Job]:
         if self._rows is None:
-            self._restorer.claim(self)
+            self._reading()
             jobs = self._session.run(self._session.app.job_manager.list_jobs_async())
             self._rows = {job.id: job for job in jobs}
         return self._rows
 
-    def _move_time(self, now: float | None) -> None:
-        """Move the database's idea of 'now' on to ``now`` (ticks): heartbeats move back."""
-        if now is None or now <= self._now:
-            return
-        seconds = (now - self._now) * TICK_SECONDS
+    def _move_clock(self, ticks: float) -> None:
+        """The database's clock moves on: every worker's heartbeat moves back."""
         self._run(self._session.app.connector.execute_query_async(
             query="UPDATE procrastinate_workers SET last_heartbeat = last_heartbeat - make_interval(secs => %(s)s)",
-            s=seconds,
+            s=TIME.seconds(ticks),
         ))
-        self._now = now
 
     def _stalled(self) -> list[procrastinate_jobs.Job]:
         if self._lease is None:
             return []
         if self._stalled_jobs is None:
-            self._restorer.claim(self)
+            self._reading()
             self._stalled_jobs = list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
                 seconds_since_heartbeat=stalled_after(self._lease))))
         return self._stalled_jobs
@@ -345,20 +265,15 @@ class ProcrastinateLedger(TargetLedger):
         if job.status == "doing":
             return S.OUTCOME_UNKNOWN if job.worker_id is None else S.RESERVED
         if job.status == FINISHED:
-            return S.CONFIRMED_EXISTING if self._finished_by.get(job.id) in EXISTING_FINISHES else S.CONFIRMED
+            return S.CONFIRMED_EXISTING if self._finished_by.get(job.id) in EXISTING_MOVES else S.CONFIRMED
         return S.UNUSED  # todo (given back by retry_job), failed, aborted, cancelled
 
     def _records(self) -> dict[str, _Fetch]:
         return self._fetches
 
-    def expired(self, now: float | None = None) -> list[Reservation]:
-        """The reservations whose job get_stalled_jobs lists, with their worker still on it."""
-        self._move_time(now)
-        stalled = {(job.id, job.worker_id) for job in self._stalled() if job.worker_id is not None}
-        return [
-            r for f in self._fetches.values()
-            if (f.job_id, f.worker_id) in stalled and (r := self._reservation(f)).state is S.RESERVED
-        ]
+    def _past_lease(self, fetch: _Fetch) -> bool:
+        """get_stalled_jobs lists its job, with its worker still on it."""
+        return any(job.id == fetch.job_id and job.worker_id == fetch.worker_id for job in self._stalled())
 
     def snapshot(self) -> tuple:
         """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
@@ -375,7 +290,7 @@ class ProcrastinateLedger(TargetLedger):
         Events are left out: no call fence makes reads them (see ``Image``).
         """
         image = self.image()
-        rows = image.rows
+        rows = dict(zip(IMAGE_TABLES, image.rows))
         live = {worker["id"]: rank for rank, worker in enumerate(rows["procrastinate_workers"])}
 
         def worker(worker_id):
@@ -392,15 +307,13 @@ class ProcrastinateLedger(TargetLedger):
             (f.reservation_id, f.key, f.owner, f.job_id, worker(f.worker_id), f.deadline) for f in self._fetches.values()
         )
         finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
-        return (jobs, heartbeats, periodic, image.job_sequence, fetches, tuple(sorted(self._count_by_key.items())),
+        return (jobs, heartbeats, periodic, image.sequence(IMAGE_TABLES.index("procrastinate_jobs")), fetches, tuple(sorted(self._count_by_key.items())),
                 finished, self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        if self._lease is not None and lease != self._lease:
-            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._judged_by(lease)
         self._move_time(now)
-        self._lease = lease
         app = self._session.app
         job_manager = app.job_manager
         waiting = [j for j in self._jobs().values() if j.queue == key and j.status == "todo"]
@@ -415,29 +328,16 @@ class ProcrastinateLedger(TargetLedger):
         if job is None:
             self._run(job_manager.unregister_worker(worker))
             raise IllegalMove(f"reserve {key!r} for {owner!r}: procrastinate's fetch_job found no job to run in queue {key!r}")
-        count = self._count_by_key.get(key, 0) + 1
-        self._count_by_key[key] = count
-        fetch = _Fetch(f"{key}/r{count}", key, owner, job.id, worker, (now or 0) + lease)
+        fetch = _Fetch(self._next_id(key), key, owner, job.id, worker, (now or 0) + lease)
+        self._taken(key)
         self._fetches[fetch.reservation_id] = fetch
         return self._reservation(fetch)
 
-    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+    def _confirm(self, fetch: _Fetch, move: Move) -> _Fetch:
         """The worker's finish_job(job, succeeded) on the row it fetched, as procrastinate's worker calls it."""
-        if move not in (Move.CONFIRM, Move.CONFIRM_EXISTING):
-            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
-        mine = [f for f in self._fetches.values() if f.key == key and f.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it never fetched a job for that key")
-        fetch = mine[-1]
         self._run(finish(self._session.app.job_manager, fetch.job_id, procrastinate_jobs.Status.SUCCEEDED))
         self._finished_by[fetch.job_id] = move
-        return self._reservation(self._latest_fetch(fetch.job_id))
-
-    def confirm(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM)
-
-    def confirm_existing(self, key: str, owner: str) -> Reservation:
-        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+        return self._latest_fetch(fetch.job_id)
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move, made with procrastinate's calls on the reservation's row."""
@@ -498,24 +398,14 @@ class Session:
             self.run(self.pool.open(wait=True))
             self.run(self.app.open_async(pool=self.pool))
             self.run(ensure_schema(self.app))
-            self.sequences = self._sequences()
+            self.sequences = TABLES_IMAGE.sequences_from(self.run(self.app.connector.execute_query_all_async(
+                query=TABLES_IMAGE.sequences_query())))
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: cannot open procrastinate there ({refusal(error)})") from None
         self.restorer = Restorer()
-        """Which ledger's image procrastinate's tables hold (fence._restore)."""
-        self._dump_query = dump_query(self.sequences)
-
-    def _sequences(self) -> dict[str, str]:
-        connector = self.app.connector
-        conforming = self.run(connector.execute_query_one_async(query="SHOW standard_conforming_strings"))
-        if conforming["standard_conforming_strings"] != "on":
-            raise BackendError("standard_conforming_strings is off; fence's restore needs it on")
-        rows = self.run(connector.execute_query_all_async(
-            query="SELECT t AS name, pg_get_serial_sequence(t, 'id') AS sequence FROM unnest(%(tables)s::text[]) t",
-            tables=list(IMAGE_TABLES),
-        ))
-        return {row["name"]: row["sequence"] for row in rows}
+        """Which ledger's image procrastinate's tables hold (fence.targets.protocol)."""
+        self._dump_query = TABLES_IMAGE.dump_query(self.sequences)
 
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
@@ -523,11 +413,10 @@ class Session:
     def empty(self) -> None:
         """Empty procrastinate's tables for a fresh world (the ledger using them keeps its image)."""
         self.restorer.release()
-        self.run(self.app.connector.execute_query_async(query=f"TRUNCATE {TABLES} RESTART IDENTITY CASCADE"))
+        self.run(self.app.connector.execute_query_async(query=TABLES_IMAGE.empty_statement()))
 
     def dump(self) -> Image:
-        row = self.run(self.app.connector.execute_query_one_async(query=self._dump_query))
-        return Image(tuple(row[table] for table in IMAGE_TABLES), row["sequences"])
+        return TABLES_IMAGE.image_from(self.run(self.app.connector.execute_query_one_async(query=self._dump_query)))
 
     def load(self, image: Image) -> None:
         script = load_script(image, self.sequences)

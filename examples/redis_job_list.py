@@ -1,0 +1,183 @@
+"""A small Redis job queue with retries, and a fence target for it written only on the public API.
+
+The library (``JobList``) is what a team might write in an afternoon: one list
+of waiting jobs and one sorted set of started jobs (a job id scored by the
+instant it started) per job key; a worker takes a job onto the started set and
+finishes it by its id; ``requeue_stale`` puts every started job older than a
+timeout back on the list, under the same id, and counts a retry. Nothing is
+ever refused: finishing a job that is not started does nothing.
+
+The adapter below it (``JobListLedger``, ``JobListStorage``, ``ROW``) drives
+that library through fence's ledger protocol with ``fence.targets.protocol``
+and ``fence.targets.images``, and nothing private. Run it with::
+
+    from fence.testing import check_target
+    check_target(ROW, "redis://127.0.0.1:6379/0")   # both engines, the one observer
+
+It claims the naive policy (a stale job is retried whether or not its effect
+happened) and is found worse than naive, as celery on Redis is: a job keeps its
+id when it is requeued, so a stale worker's late ``finish`` finishes the retry.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis
+
+from fence import POLICIES
+from fence.targets import Target
+from fence.targets.images import RedisSession
+from fence.targets.protocol import (
+    EXISTING_MOVES, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger, TargetStorage,
+    only_if_it_moves,
+)
+
+
+# -- the library under test -----------------------------------------------------------------
+class JobList:
+    """Jobs per key: ``waiting:KEY`` (a list of ids), ``started:KEY`` (id -> start instant), ``job:ID``."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def enqueue(self, key: str) -> int:
+        job_id = self.client.incr("next_id")
+        self.client.hset(f"job:{job_id}", mapping={"key": key, "retries": 0, "status": "waiting"})
+        self.client.lpush(f"waiting:{key}", job_id)
+        return job_id
+
+    def take(self, key: str) -> int | None:
+        job_id = self.client.rpop(f"waiting:{key}")
+        if job_id is None:
+            return None
+        self.client.zadd(f"started:{key}", {job_id: time.time()})
+        self.client.hset(f"job:{int(job_id)}", "status", "started")
+        return int(job_id)
+
+    def finish(self, key: str, job_id: int) -> None:
+        if self.client.zrem(f"started:{key}", job_id):
+            self.client.hset(f"job:{job_id}", "status", "done")
+
+    def stale(self, key: str, timeout: float) -> list[int]:
+        return [int(j) for j in self.client.zrangebyscore(f"started:{key}", "-inf", time.time() - timeout)]
+
+    def requeue_stale(self, key: str, timeout: float) -> None:
+        for job_id in self.stale(key, timeout):
+            self.client.zrem(f"started:{key}", job_id)
+            self.client.hincrby(f"job:{job_id}", "retries", 1)
+            self.client.hset(f"job:{job_id}", "status", "waiting")
+            self.client.lpush(f"waiting:{key}", job_id)
+
+
+# -- the fence target: the adapter --------------------------------------------------------------
+# ADAPTER BEGINS: tests/test_example_target.py caps the lines from here to the end marker
+TIME = ModelTime(tick_seconds=60.0)
+S = ReservationState
+
+
+@dataclass(frozen=True)
+class Take:
+    reservation_id: str
+    key: str
+    owner: str
+    job_id: int
+    deadline: float
+
+
+class JobListLedger(TargetLedger):
+    """A reserve is ``take`` (after ``enqueue`` for a new key), a confirm ``finish``, the janitor ``requeue_stale``."""
+
+    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        self._takes: dict[str, Take] = {}
+        self._enqueued: set[str] = set()
+        self._finished_by: dict[int, Move] = {}  # the job list keeps no result: which confirm finished a job
+        self._restoring(session.restorer)
+
+    def snapshot(self) -> tuple:
+        database = self._session.database
+        return (tuple(self._takes.values()), database.snapshot(self.image(), self._now), tuple(sorted(self._enqueued)),
+                tuple(sorted((job, move.value) for job, move in self._finished_by.items())),
+                tuple(sorted(self._count_by_key.items())), self._lease)
+
+    def _records(self) -> dict[str, Take]:
+        return self._takes
+
+    def _latest(self, job_id: int) -> Take:
+        return [t for t in self._takes.values() if t.job_id == job_id][-1]
+
+    def _state(self, take: Take) -> ReservationState:
+        self._reading()
+        if self._latest(take.job_id) is not take:
+            return S.UNUSED  # requeued, and taken again by a newer attempt
+        status = self._session.client.hget(f"job:{take.job_id}", "status")
+        if status == b"done":
+            return S.CONFIRMED_EXISTING if self._finished_by.get(take.job_id) in EXISTING_MOVES else S.CONFIRMED
+        return S.RESERVED if status == b"started" else S.UNUSED
+
+    def _past_lease(self, take: Take) -> bool:
+        self._reading()
+        return take.job_id in self._session.jobs.stale(take.key, TIME.timeout(self._lease))
+
+    def _move_clock(self, ticks: float) -> None:
+        self._writing()
+        self._session.database.move_time(ticks)
+
+    def _confirm(self, take: Take, move: Move) -> Take:
+        started = lambda: self._session.client.zscore(f"started:{take.key}", take.job_id)  # noqa: E731
+        self._writing()
+        only_if_it_moves(started, lambda: self._session.jobs.finish(take.key, take.job_id),
+                         f"finish({take.job_id}) changed nothing: the job was not started")
+        self._finished_by[take.job_id] = move
+        return self._latest(take.job_id)
+
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        self._judged_by(lease)
+        self._move_time(now)
+        self._writing()
+        if key not in self._enqueued:
+            self._session.jobs.enqueue(key)
+            self._enqueued.add(key)
+        job_id = self._session.jobs.take(key)
+        if job_id is None:
+            raise IllegalMove(f"reserve {key!r} for {owner!r}: no job waiting for that key")
+        take = Take(self._next_id(key), key, owner, job_id, (now or 0) + lease)
+        self._taken(key)
+        self._takes[take.reservation_id] = take
+        return self._reservation(take)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        take = self._takes[reservation_id]
+        latest = self._latest(take.job_id) is take
+        if move is not Move.EXPIRE_AND_RELEASE or not latest or not self._past_lease(take):
+            raise IllegalMove(f"{move.value} on {reservation_id}: the job list only requeues stale jobs")
+        self._writing()
+        self._session.jobs.requeue_stale(take.key, TIME.timeout(self._lease))  # one key: one reservation
+        return self._reservation(take)
+
+
+class Session(RedisSession):
+    def __init__(self, url: str) -> None:
+        super().__init__(url, TIME, timestamps=("started:*",))  # start instants, as ticks in every image
+        self.jobs = JobList(self.client)
+
+
+class JobListStorage(TargetStorage):
+    LEDGER = JobListLedger
+    WHAT = "the Redis job list example"
+
+    def __init__(self, url: str, *, guarded: bool = False) -> None:
+        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
+        self.guarded = guarded
+        self._open_session(lambda: Session(url))
+
+
+ROW = Target(
+    row="redis-job-list", system="redis", policy=POLICIES["naive"], server="redis",
+    recovery="requeue_stale(key, timeout): every started job of the key older than the timeout, back on its list",
+    time="each started job's start instant is moved back in started:KEY, 60 s per tick",
+    storage="redis_job_list:JobListStorage", explorable=True,
+)
+# ADAPTER ENDS

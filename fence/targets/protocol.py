@@ -1,0 +1,348 @@
+"""Writing a target: the ledger protocol a real job system implements, and what it inherits.
+
+Theory of operation
+-------------------
+A *target* drives a real job system, on its real library and server, through
+fence's ledger protocol; the world, both engines and the one observer do the
+rest. A target is three pieces:
+
+* a **ledger** (subclass ``TargetLedger``): fence's ledger protocol on the
+  system's own calls. Every member of the protocol is required
+  (``fence._protocol.LEDGER_METHODS`` and ``LEDGER_PROPERTIES``, listed once
+  there; a ledger without one gets the one-line protocol error from every
+  engine):
+
+  ``reserve(key, owner, now, lease) -> Reservation``
+      a worker taking the key's job (publishing it first when there is none);
+      refuse with ``IllegalMove`` or ``CapacityExhausted``.
+  ``get(reservation_id)``, ``reservations()``, ``current(key)``
+      each reservation it made, in its present state as the system tells it.
+  ``expired(now) -> [Reservation]``
+      those still reserved whose lease the system considers run out at ``now``.
+  ``apply(reservation_id, move)``
+      a janitor's move (``Move.EXPIRE_AND_RELEASE``, ``EXPIRE_AND_HOLD``,
+      ``SETTLE_EXISTING``, ``SETTLE_UNUSED``) made with the system's recovery;
+      ``IllegalMove`` to refuse it.
+  ``owner_move(key, owner, move)``
+      a worker's confirm (``Move.CONFIRM``, ``CONFIRM_EXISTING``); a worker that
+      never held the key gets ``StaleAttempt``.
+  ``snapshot()``
+      everything that decides its next answers, for the explorer.
+  ``free``, ``held``
+      units not held and held (properties).
+
+  ``TargetLedger`` gives ``get``, ``reservations``, ``current``, ``held``,
+  ``free``, ``owner_move`` (and ``confirm``/``confirm_existing``) and
+  ``expired`` from four methods of the subclass: ``_records()`` (its own record
+  of each reservation it took, by id, in order: anything with
+  ``reservation_id``, ``key``, ``owner``, ``deadline``), ``_state(record)``
+  (what the system says of one), ``_past_lease(record)`` (does the system's
+  own expiry query list it) and ``_confirm(record, move)`` (the worker's
+  completion call). Its ``time`` (a ``ModelTime``) maps model time onto the server's, and
+  ``_move_clock(ticks)`` is where the subclass moves the system's stored times.
+
+* a **storage** (subclass ``TargetStorage``): ``url -> storage`` with
+  ``destination_factory``, ``ledger_factory`` and ``close``; each world it makes
+  starts on an emptied server. It opens one *session* on the server (with
+  ``empty()``, ``versions()``, ``close()``) and names its ledger class.
+
+* a **row** (``fence.targets.Target``) naming the storage, the model policy the
+  system claims and how its recovery and time work.
+
+What the protocol asks of a target beyond its members:
+
+**Accepted.** The world records a move the ledger returns as accepted, and one
+it refuses (``IllegalMove``) as refused; the lockstep and invariants 4 and 5
+hang on that. Many systems refuse nothing: a stale ack, or a completion of a
+row that is gone, returns as quietly as a good one. For them a write counts as
+accepted only if it changed the system's state: ``only_if_it_moves(read, call,
+why)`` makes the call and refuses unless ``read()`` answers differently after
+it, and ``refused_unless(moved, why)`` says the same where the adapter knows.
+
+**One reservation per janitor call.** ``apply(reservation_id, move)`` must touch
+that one reservation. A library whose recovery sweeps a whole registry at once
+(every stale job, every expired message) is driven with one queue, list or
+registry per key, or paged to one entry per call, so that the machines can put
+other events between two recoveries, as the model does.
+
+**Model time.** The model's clock is whole ticks. A target maps one tick onto
+``tick_seconds`` of the server's clock (``ModelTime``), and never sleeps:
+moving the model on by n ticks moves every stored instant the system compares
+with its clock (heartbeats, delivery times) back by n ticks, and shortens every
+TTL by as much (``images.RedisImage.move_time`` does both on Redis). A lease
+of L ticks is a timeout of (L - 1/2) ticks (``ModelTime.timeout``): the half
+tick absorbs the milliseconds of real time between two calls, so a job is
+stale from the tick its lease runs out, never a tick early or late; a walk
+that takes longer than half a tick of real time breaks that assumption. An
+image (``images``) keeps each stored instant and TTL as whole ticks before
+(or after) the clock at the dump, never as an instant.
+
+**Restorable.** For the explorer, the ledger inherits ``Restorable`` (through
+``TargetLedger``): ``dump() -> image`` and ``load(image)`` of everything it
+keeps on the server, ``SHARED`` naming its session, each server call marked
+(``reads``/``writes``, or ``self._reading()``/``self._writing()``), and
+``self._restoring(session.restorer)`` at the end of its constructor. Its
+``snapshot()`` holds its own records and its image, canonical only where equal
+states differ (an id that depends on the path taken, an instant). The
+explorer's ``FaithfulnessCheck`` tests all of that while it walks.
+``fence.targets.images`` has the dump, load and snapshot of a Redis database
+and of a list of PostgreSQL tables with their sequences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol, TypeVar
+
+from fence._errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
+from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence._protocol import LEDGER_METHODS, LEDGER_PROPERTIES
+from fence._restore import Restorable, Restorer, reads, writes
+from fence.backends import ModelStorage
+
+T = TypeVar("T")
+CONFIRMS = (Move.CONFIRM, Move.CONFIRM_EXISTING)
+"""The owner's moves: a worker's completion, reporting a new effect or one that existed."""
+EXISTING_MOVES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
+"""The moves after which a reservation is ``confirmed_existing`` (a system keeps no such result)."""
+
+
+# -- model time ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelTime:
+    """How model time maps onto a server's clock: one tick is ``tick_seconds`` of it."""
+
+    tick_seconds: float
+
+    def seconds(self, ticks: float) -> float:
+        """``ticks`` of model time in the server's seconds."""
+        return ticks * self.tick_seconds
+
+    def timeout(self, lease_ticks: float) -> float:
+        """The library's timeout (heartbeat, visibility) for a lease of ``lease_ticks``: (L - 1/2) ticks."""
+        return (lease_ticks - 0.5) * self.tick_seconds
+
+    def ticks(self, seconds: float) -> int:
+        """A span of the server's seconds as whole ticks (an image keeps instants and TTLs so)."""
+        return round(seconds / self.tick_seconds)
+
+    def sql_ticks_ago(self, column: str) -> str:
+        """SQL: the whole ticks between ``column`` (a timestamp) and the server's ``now()``."""
+        return f"round(extract(epoch FROM now() - {column}) / {self.tick_seconds})::int"
+
+    def sql_instant(self, ticks_ago: str) -> str:
+        """SQL: the timestamp ``ticks_ago`` (an SQL int) ticks before the server's ``now()``."""
+        return f"now() - make_interval(secs => {ticks_ago} * {self.tick_seconds})"
+
+
+# -- accepted -------------------------------------------------------------------------------
+def refused_unless(moved: bool, why: str) -> None:
+    """A system that refuses nothing: the call is accepted only if it ``moved`` the system's state."""
+    if not moved:
+        raise IllegalMove(why)
+
+
+def only_if_it_moves(read: Callable[[], object], call: Callable[[], T], why: str) -> T:
+    """Make ``call``; ``IllegalMove(why)`` unless ``read()`` answers differently after it than before.
+
+    For a library whose stale ack or completion returns as quietly as a good
+    one: what it changed is the only word on whether it was accepted.
+    """
+    before = read()
+    result = call()
+    refused_unless(read() != before, why)
+    return result
+
+
+# -- the ledger -----------------------------------------------------------------------------
+class TakenReservation(Protocol):
+    """A target's own record of one reservation it took (a fetch, a pick, a delivery)."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    deadline: float
+
+
+class TargetLedger(Restorable):
+    """fence's ledger protocol from a target's records, its ``_state`` and its expiry query (see the module doc).
+
+    A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
+    first and ``self._restoring(session.restorer)`` last in its constructor, and
+    implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``,
+    ``_move_clock``, ``reserve``, ``apply`` and ``snapshot``; ``dump`` and ``load`` are the
+    session's (``images.RedisSession`` has them) unless it overrides them.
+    """
+
+    SHARED = ("_session",)
+
+    def __init__(self, session, capacity: int, *, guarded: bool, time: ModelTime) -> None:
+        self.capacity = capacity
+        self.guarded = guarded
+        self.time = time
+        self._session = session
+        self._now = 0.0
+        """The model time the system's stored instants stand at (moved only when asked)."""
+        self._lease: float | None = None
+        """The lease every reservation is judged by, in ticks (one per ledger)."""
+        self._count_by_key: dict[str, int] = {}
+
+    # -- what a subclass gives ------------------------------------------------------------
+    def _records(self) -> dict[str, TakenReservation]:
+        raise NotImplementedError
+
+    def _state(self, record: TakenReservation) -> ReservationState:
+        raise NotImplementedError
+
+    def _past_lease(self, record: TakenReservation) -> bool:
+        """Does the system's own expiry query list this reservation's job (with its worker still on it)?"""
+        raise NotImplementedError
+
+    def _confirm(self, record: TakenReservation, move: Move) -> TakenReservation:
+        """The worker's completion call for ``record``; returns the record whose state to report."""
+        raise NotImplementedError
+
+    def _move_clock(self, ticks: float) -> None:
+        """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write."""
+        raise NotImplementedError
+
+    # -- the server ----------------------------------------------------------------------------
+    def dump(self) -> object:
+        """Everything this ledger keeps on the server, as one value: the session's ``dump()`` by default."""
+        return self._session.dump()
+
+    def load(self, image: object) -> None:
+        """Make the server hold exactly ``image``: the session's ``load(image)`` by default."""
+        self._session.load(image)
+
+    def _reading(self) -> None:
+        """Before a call that reads the server: it holds this copy's image."""
+        self._restorer.claim(self)
+
+    def _writing(self) -> None:
+        """Before a call that may change the server: it holds this copy's image, to be dumped again."""
+        self._restorer.claim(self)
+        self._restorer.changing(self)
+        self._forget_reads()
+
+    def _forget_reads(self) -> None:
+        """Drop what the server answered before (a subclass that caches reads clears them here)."""
+
+    # -- time ----------------------------------------------------------------------------------
+    def _move_time(self, now: float | None) -> None:
+        """The model's clock is at ``now`` (ticks): move the system's stored instants back to match."""
+        if now is None or now <= self._now:
+            return
+        self._move_clock(now - self._now)
+        self._now = now
+
+    def _judged_by(self, lease: float) -> None:
+        if self._lease is not None and lease != self._lease:
+            raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
+        self._lease = lease
+
+    def _next_id(self, key: str) -> str:
+        """The id the next reservation of ``key`` gets (``job1/r2``); counted once it is taken."""
+        return f"{key}/r{self._count_by_key.get(key, 0) + 1}"
+
+    def _taken(self, key: str) -> None:
+        self._count_by_key[key] = self._count_by_key.get(key, 0) + 1
+
+    # -- reading ---------------------------------------------------------------------------
+    def _reservation(self, record: TakenReservation) -> Reservation:
+        return Reservation(record.reservation_id, record.key, record.owner, record.deadline, self._state(record))
+
+    def get(self, reservation_id: str) -> Reservation:
+        return self._reservation(self._records()[reservation_id])
+
+    def reservations(self) -> list[Reservation]:
+        return [self._reservation(record) for record in self._records().values()]
+
+    def current(self, key: str) -> Reservation | None:
+        mine = [record for record in self._records().values() if record.key == key]
+        return self._reservation(mine[-1]) if mine else None
+
+    @property
+    def held(self) -> int:
+        return sum(1 for r in self.reservations() if r.state in HOLDING_STATES)
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.held
+
+    def expired(self, now: float | None = None) -> list[Reservation]:
+        """The reservations the system's expiry query lists that are still reserved."""
+        self._move_time(now)
+        return [
+            r for record in self._records().values()
+            if self._lease is not None and self._past_lease(record)
+            and (r := self._reservation(record)).state is ReservationState.RESERVED
+        ]
+
+    # -- the owner's moves -----------------------------------------------------------------
+    def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
+        """The worker's completion on the job it was given (``_confirm``); a stranger gets StaleAttempt."""
+        if move not in CONFIRMS:
+            raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
+        mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it was never given a job for that key")
+        return self._reservation(self._confirm(mine[-1], move))
+
+    def confirm(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM)
+
+    def confirm_existing(self, key: str, owner: str) -> Reservation:
+        return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+
+# -- the storage ----------------------------------------------------------------------------
+class TargetStorage(ModelStorage):
+    """A target's storage: fence's destination (``ModelStorage``) beside one session on the job system.
+
+    A subclass sets ``guarded`` and opens its session (with ``empty``,
+    ``versions`` and ``close``) through ``_open_session`` in its constructor,
+    after ``ModelStorage``'s own, and names its ledger class (``LEDGER``, made
+    as ``LEDGER(session, capacity, guarded=...)``) and itself (``WHAT``, for the
+    one error a pickling attempt gets).
+    """
+
+    LEDGER: type[TargetLedger]
+    WHAT: str
+
+    def _open_session(self, open_session: Callable[[], object]) -> None:
+        try:
+            self.session = open_session()
+        except BaseException:
+            ModelStorage.close(self)  # the destination's store is open already
+            raise
+
+    def __reduce__(self):
+        # The session's connections and the server's state live in this process.
+        raise TypeError(f"{self.WHAT}'s storage lives in the process that opened it")
+
+    def _fresh(self) -> None:
+        if not self._half_given:
+            self.session.empty()
+        super()._fresh()
+
+    def ledger_factory(self, capacity: int) -> TargetLedger:
+        self._fresh()
+        return self.LEDGER(self.session, capacity, guarded=self.guarded)
+
+    def versions(self) -> dict[str, str]:
+        return self.session.versions()
+
+    def close(self) -> None:
+        try:
+            self.session.close()
+        finally:
+            super().close()
+
+
+__all__ = [
+    "CONFIRMS", "EXISTING_MOVES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
+    "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
+    "StaleAttempt", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
+    "refused_unless", "writes",
+]

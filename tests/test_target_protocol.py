@@ -1,0 +1,136 @@
+"""The target protocol (``fence.targets.protocol``): its members, checked once, and its helpers.
+
+A target's ledger is a plug-in like any other: a member missing from it gets
+the one-line protocol error in every engine, never an AttributeError from deep
+inside one (issue 25: a ledger without ``held`` failed all seven cells that way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fence._errors import PluginBroken
+from fence._explore import explore
+from fence._policies import POLICIES
+from fence._world import ModelConfig
+from fence.targets import Target
+
+BAD = Path(__file__).resolve().parent / "targets_bad"
+FORGETS_HELD = Target(
+    row="forgets-held", system="fence", policy=POLICIES["naive"], recovery="fence's own, in memory",
+    time="none: it has no clock of its own", server="none", storage="forgets_held:ForgetsHeldStorage",
+    explorable=True,
+)
+
+
+@pytest.fixture
+def forgets_held(monkeypatch):
+    monkeypatch.syspath_prepend(str(BAD))
+    import forgets_held
+
+    return forgets_held
+
+
+def _one_line_naming_held(error: PluginBroken) -> None:
+    message = str(error)
+    assert "\n" not in message
+    assert message.startswith("ledger (ForgetsHeld in forgets_held.py) has no held; ")
+    assert "free, held" in message  # the whole protocol is listed, held included
+
+
+def test_a_target_ledger_without_held_gets_the_one_line_error_from_check_target(forgets_held):
+    """fence.testing.check_target (machines with the lockstep, then the explorer) stops on the protocol error."""
+    from fence.testing import check_target
+
+    with pytest.raises(PluginBroken) as raised:
+        check_target(FORGETS_HELD, "none:", profile="quick")
+    _one_line_naming_held(raised.value)
+
+
+def test_a_ledger_without_held_gets_the_one_line_error_from_the_explorer(forgets_held):
+    """The explorer alone (which never reads held itself) stops on the same line at its first question."""
+    with pytest.raises(PluginBroken) as raised:
+        explore(POLICIES["naive"], ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2),
+                ledger_factory=forgets_held.ForgetsHeld)
+    _one_line_naming_held(raised.value)
+
+
+def test_a_ledger_without_held_is_refused_when_loaded(capsys):
+    """fence check --ledger FILE.py:ATTR: one line naming held, exit 2, before anything runs."""
+    from fence._cli import main
+
+    assert main(["check", "naive", "--ledger", f"{BAD / 'forgets_held.py'}:ForgetsHeld"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "without held" in err, err
+
+
+# -- the helpers ----------------------------------------------------------------------------
+def test_only_if_it_moves_accepts_a_call_that_changed_the_state_and_refuses_one_that_did_not():
+    """A system that refuses nothing: the call is made either way, and refused when it moved nothing."""
+    from fence._errors import IllegalMove
+    from fence.targets.protocol import only_if_it_moves, refused_unless
+
+    started = {"job1"}
+    calls = []
+
+    def finish():
+        calls.append("finish")
+        started.discard("job1")
+        return "done"
+
+    assert only_if_it_moves(lambda: "job1" in started, finish, "nothing to finish") == "done"
+    with pytest.raises(IllegalMove, match="nothing to finish"):
+        only_if_it_moves(lambda: "job1" in started, finish, "nothing to finish")
+    assert calls == ["finish", "finish"]  # the second call was made, and found to change nothing
+    refused_unless(True, "never raised")
+    with pytest.raises(IllegalMove, match="stale"):
+        refused_unless(False, "stale")
+
+
+def test_model_time_maps_a_lease_onto_a_timeout_half_a_tick_short():
+    """A lease of L ticks runs out between ticks L-1 and L of the server's clock, never on a boundary."""
+    from fence.targets.protocol import ModelTime
+
+    time = ModelTime(tick_seconds=60.0)
+    assert time.timeout(2) == 90.0 and time.seconds(3) == 180.0
+    assert time.ticks(119.9) == 2 and time.ticks(60.2) == 1
+    assert "make_interval(secs => (w->>'x')::int * 60.0)" in time.sql_instant("(w->>'x')::int")
+
+
+@pytest.mark.redis
+def test_a_redis_image_keeps_timestamps_and_ttls_as_ticks(redis_url):
+    """Dump, load after a FLUSHDB, and model time moving on: a start instant and a TTL stand at the same ticks."""
+    import time as wall
+
+    import redis
+
+    from fence.targets.images import RedisDatabase
+    from fence.targets.protocol import ModelTime
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.flushdb()
+        database = RedisDatabase(client, ModelTime(tick_seconds=60.0), timestamps=("started:*",))
+        client.zadd("started:job1", {"7": wall.time() - 120.0})  # started two ticks ago
+        client.set("lock:job1", "worker", px=int(1.5 * 60_000))  # a TTL of 1.5 ticks: gone at the second tick
+        client.rpush("waiting:job2", "8")
+        image = database.dump()
+        assert dict(image.ttls) == {b"lock:job1": 2}
+        assert (b"started:job1", "zset", ((b"7", 2),)) in image.keys
+        client.flushdb()
+        database.load(image)
+        assert database.dump() == image  # the same ticks after a load
+        now = 5
+        snapshot = database.snapshot(image, now)
+        assert (b"started:job1", "zset", ((b"7", 3),)) in snapshot  # started at tick 5 - 2
+        assert (b"lock:job1", "string", b"worker", 7) in snapshot  # expires at tick 5 + 2
+        database.move_time(1)
+        moved = database.dump()
+        assert (b"started:job1", "zset", ((b"7", 3),)) in moved.keys and dict(moved.ttls) == {b"lock:job1": 1}
+        database.move_time(1)
+        assert client.exists("lock:job1") == 0 and client.llen("waiting:job2") == 1
+    finally:
+        client.flushdb()
+        client.close()
