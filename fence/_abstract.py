@@ -103,7 +103,7 @@ from fence._invariants import _Found
 from fence._state_key import job_parts, state_key, up_to_janitors
 from fence._transitions import DETAIL, MemoMismatch, facts_of, relative_action
 from fence._world import (
-    ACTION_KINDS, Action, Confirm, Crash, Deliver, LoseAck, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start,
+    ACTION_KINDS, Action, Confirm, Crash, Deliver, Fail, LoseAck, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start,
     World,
 )
 
@@ -178,7 +178,7 @@ def _concrete(job: str, relative: tuple, janitor: int) -> Action:
     return _BY_ATTEMPT[kind](job + relative[1])
 
 
-_BY_ATTEMPT = {"start": Start, "send_commit": SendCommit, "lose_ack": LoseAck, "confirm": Confirm, "crash": Crash}
+_BY_ATTEMPT = {"start": Start, "send_commit": SendCommit, "lose_ack": LoseAck, "confirm": Confirm, "crash": Crash, "fail": Fail}
 
 
 class PartNumbers:

@@ -63,6 +63,13 @@ def _configs(args) -> tuple[ModelConfig, ...]:
     return (config,)
 
 
+def _with_failures(args, configs) -> tuple[ModelConfig, ...]:
+    """``--failures``: the same configurations, with workers that may fail and report it (``ModelConfig.failures``)."""
+    if not getattr(args, "failures", False):
+        return tuple(configs)
+    return tuple(replace(config, failures=True) for config in configs)
+
+
 def _wants_shortest(args) -> bool:
     """``verdicts`` asks the explorer for shortest counterexamples unless told not to.
 
@@ -78,9 +85,9 @@ def _wants_shortest(args) -> bool:
 
 def _run(policies: list[JanitorPolicy], args, destination=None, ledger=None) -> list[PolicyReport]:
     """Both engines, as the command line asked (on a --backend too: its SQL ledger and destination restore)."""
-    bounds = getattr(args, "explorer_bound", None) or (EXPLORER_BOUND,)
+    bounds = _with_failures(args, getattr(args, "explorer_bound", None) or (EXPLORER_BOUND,))
     return check_policies(
-        policies, profile=args.profile, seed=args.seed, configs=_configs(args), destination=destination,
+        policies, profile=args.profile, seed=args.seed, configs=_with_failures(args, _configs(args)), destination=destination,
         ledger=ledger, explore=True, shortest=_wants_shortest(args),
         workers=args.workers, progress=sys.stderr, explorer_bounds=bounds,
     )
@@ -290,6 +297,12 @@ def _seconds_not_ticks(parser) -> None:
     parser.add_argument("--lease", action=_LeaseInTicks, help=argparse.SUPPRESS)
 
 
+FAILURES_HELP = (
+    "workers may also fail: raise before their effect, after it or on a refused commit, and report the "
+    "failure to the ledger, whose reservation the janitor then settles as an expired one"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="fence", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"fence {_version()}")
@@ -304,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--capacity", type=_arguments.model_size, help="units (default: 1 unit/1 job and 2 units/2 jobs)")
         p.add_argument("--jobs", type=_arguments.model_size, help="jobs (at most --capacity)")
         p.add_argument("--lease", type=_arguments.non_negative, help="lease in ticks (at least 1)")
+        p.add_argument("--failures", action="store_true", help=FAILURES_HELP)
 
     verdicts = sub.add_parser("verdicts", help="the verdict matrix of the built-in policies")
     common(verdicts, "counterexamples into evidence/counterexamples/, the report into evidence/verdicts.txt "
@@ -346,6 +360,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--jobs", type=_arguments.model_size, help="jobs (default: --capacity)")
     explore.add_argument("--attempts", type=_arguments.model_size, default=3, help="attempts per job (default 3)")
     explore.add_argument("--horizon", type=_arguments.zero_or_more, help="clock horizon in ticks (default: the explorer's)")
+    explore.add_argument("--failures", action="store_true", help=FAILURES_HELP)
     explore.add_argument("--lease", type=_arguments.positive, default=ModelConfig.lease, help="lease in ticks")
     explore.add_argument("--max-depth", type=_arguments.zero_or_more, help="at most this many chosen steps per run")
     explore.add_argument("--max-states", type=_arguments.states, help="budget: stop (undetermined) after this many states")
@@ -486,6 +501,7 @@ def cmd_explore(args) -> int:
         max_attempts=args.attempts,
         lease=args.lease,
         horizon=horizon,
+        failures=args.failures,
     )
     problem = config.problem()
     if problem:

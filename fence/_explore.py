@@ -224,7 +224,7 @@ class Exploration:
         return self.states / self.seconds if self.seconds else 0.0
 
     def missing_dangers(self) -> list[str]:
-        return [d.name for d in required_dangers(self.policy) if self.reached[d.name] == 0]
+        return [d.name for d in required_dangers(self.policy, self.config) if self.reached[d.name] == 0]
 
     def outcome(self) -> Outcome:
         """The policy's overall outcome: violated beats undetermined beats proved.
@@ -1568,7 +1568,7 @@ def report_text(found: Exploration) -> str:
         if item.depth is not None:
             text += f" (shortest counterexample: {item.depth} chosen steps)"
         lines.append(text)
-    danger_text = ", ".join(f"{d.name} x{found.reached[d.name]}" for d in required_dangers(found.policy))
+    danger_text = ", ".join(f"{d.name} x{found.reached[d.name]}" for d in required_dangers(found.policy, found.config))
     lines.append(f"dangers reached (transitions): {danger_text}")
     missing = found.missing_dangers()
     if missing:
@@ -1609,5 +1609,5 @@ def to_json(found: Exploration) -> dict:
         "one_process_because": found.one_process_because,
         "whole_worlds_because": found.whole_worlds_because,
         "policy_calls_checked": found.policy_calls_checked,
-        "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy)},
+        "dangers_reached": {d.name: found.reached[d.name] for d in required_dangers(found.policy, found.config)},
     }

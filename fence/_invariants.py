@@ -147,6 +147,19 @@ DANGERS: tuple[Danger, ...] = (
 )
 
 
-def required_dangers(policy: JanitorPolicy) -> list[Danger]:
-    """The dangerous situations a run must reach before ``policy`` may be called safe."""
-    return [danger for danger in DANGERS if danger.applies(policy)]
+FAILURE_DANGERS: tuple[Danger, ...] = (
+    Danger(
+        "failure_after_effect",
+        "a worker reported failure after its effect landed, and the ledger accepted the report",
+    ),
+)
+"""Dangers of the worker's failure path, required only where failures are modelled (``ModelConfig.failures``)."""
+
+
+def required_dangers(policy: JanitorPolicy, config=None) -> list[Danger]:
+    """The dangerous situations a run must reach before ``policy`` may be called safe.
+
+    ``config`` (a ``ModelConfig``) adds the failure path's dangers when its workers may fail.
+    """
+    dangers = DANGERS + FAILURE_DANGERS if config is not None and config.failures else DANGERS
+    return [danger for danger in dangers if danger.applies(policy)]

@@ -60,6 +60,7 @@ class Move(enum.Enum):
     EXPIRE_AND_RELEASE = "expire_and_release"  # janitor (naive): lease expired, free it
     SETTLE_EXISTING = "settle_existing"  # janitor: evidence of the effect
     SETTLE_UNUSED = "settle_unused"  # janitor: evidence of no effect
+    FAIL = "fail"  # owner: my attempt raised; treat the reservation as an expired one
 
 
 S = ReservationState
@@ -69,6 +70,11 @@ TRANSITIONS: dict[ReservationState, dict[Move, ReservationState]] = {
         Move.CONFIRM_EXISTING: S.CONFIRMED_EXISTING,
         Move.EXPIRE_AND_HOLD: S.OUTCOME_UNKNOWN,
         Move.EXPIRE_AND_RELEASE: S.UNUSED,
+        # The owner's failure report: it knows no more than the janitor about whether its
+        # effect happened (it may have raised after sending), so the janitor's policy
+        # decides, exactly as for an expired lease that it holds. Refused once the
+        # janitor took the lease back (only a reserved reservation may fail).
+        Move.FAIL: S.OUTCOME_UNKNOWN,
     },
     S.OUTCOME_UNKNOWN: {
         # The owner's own report is evidence too: a late ack beats the janitor.
@@ -86,7 +92,7 @@ del S
 HOLDING_STATES = frozenset(s for s in ReservationState if s is not ReservationState.UNUSED)
 FINISHED_STATES = frozenset({ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING})
 """States whose work is done: with ``Ledger(slots=True)`` they give their unit back."""
-OWNER_MOVES = frozenset({Move.CONFIRM, Move.CONFIRM_EXISTING})
+OWNER_MOVES = frozenset({Move.CONFIRM, Move.CONFIRM_EXISTING, Move.FAIL})
 
 
 @dataclass(frozen=True)
@@ -285,6 +291,16 @@ class Ledger:
 
     def confirm_existing(self, key: str, owner: str) -> Reservation:
         return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
+
+    def fail(self, key: str, owner: str) -> Reservation:
+        """The owner raised: its reservation becomes outcome_unknown, for the janitor's policy to settle.
+
+        The one method a ledger implements for the worker's failure path
+        (``ModelConfig.failures``): refuse with ``StaleAttempt`` if ``owner`` does
+        not own the key's current reservation, with ``IllegalMove`` if that
+        reservation is no longer reserved (the janitor took it back first).
+        """
+        return self.owner_move(key, owner, Move.FAIL)
 
     # -- model checking --------------------------------------------------------
     def snapshot(self) -> frozenset:

@@ -10,6 +10,7 @@ in the order it learned them:
 
     reserved -> started -> commit_sent -> commit_answered -> confirmed
                                   any of them -> crashed
+                                  any of them, or a refusal -> failed (reported)
     janitor: expired (freed or held), settled (freed or kept), abandon answered
 
 Each worker's phase moves through ``fence._worker.WORKER_TRANSITIONS`` (the
@@ -213,6 +214,20 @@ class LiveRun:
             self.observer.reach("crash_after_effect")
         attempt.commit_in_flight = attempt.commit_in_flight and commit_can_still_land
         attempt.phase = next_phase(attempt.phase, WorkerMove.CRASH)
+
+    def failed(self, handle: str, accepted: bool, commit_can_still_land: bool = False) -> None:
+        """The worker raised and reported the failure to the ledger (``Ledger.fail``); ``accepted`` is
+        the ledger's answer. As with a crash, a commit it was sending either landed or never will,
+        unless the engine says otherwise."""
+        attempt = self.attempts[handle]
+        if attempt.commit_in_flight:
+            self.observer.reach("failure_while_commit_in_flight")
+        attempt.commit_in_flight = attempt.commit_in_flight and commit_can_still_land
+        attempt.phase = next_phase(attempt.phase, WorkerMove.FAIL)
+        if accepted:
+            self.observer.failure_accepted(handle, attempt.reservation_id, attempt.key, attempt.wrote)
+        else:
+            self.observer.failure_refused(handle, attempt.reservation_id)
 
     # -- the janitor's facts -------------------------------------------------------------
     def expired(self, reservation_id: str, freed: bool, by: str = "janitor") -> ReleaseJudgement | None:

@@ -2,7 +2,8 @@
 
 ``machine_for(policy, config, checked)`` builds a ``RuleBasedStateMachine`` whose
 rules are the world's action kinds (reserve, retry, start, send_commit, deliver,
-lose_ack, confirm, crash, tick, scan, probe, settle). Hypothesis takes one step
+lose_ack, confirm, crash, tick, scan, probe, settle, and fail where the
+configuration models failures). Hypothesis takes one step
 by drawing a kind (uniformly among those the world has enabled) and then one
 action of that kind, so no draw is wasted on a disabled rule and shrinking moves
 towards the first kind and the first action of it. (One Hypothesis rule that draws the kind
@@ -40,10 +41,11 @@ from fence._destination import Destination, Guards
 from fence._invariants import INVARIANTS, Invariant
 from fence._policies import JanitorPolicy
 from fence._ledger import Ledger
-from fence._world import ACTION_KINDS, Action, ModelConfig, Step, World
+from fence._world import Action, ModelConfig, Step, World, action_kinds
 
 
-KIND = st.integers(min_value=0, max_value=len(ACTION_KINDS) - 1)
+KIND = st.integers(min_value=0, max_value=len(action_kinds(ModelConfig())) - 1)
+"""The draw of a kind without failures (a configuration with them draws over one kind more)."""
 PICK = st.integers(min_value=0, max_value=15)
 
 
@@ -87,6 +89,9 @@ class FleetMachine(RuleBasedStateMachine):
     destination_factory: Callable[[Guards], Destination] | None = None
     ledger_factory: Callable[[int], Ledger] | None = None
     survey: Survey | None = None
+    kinds: tuple[str, ...] = action_kinds(ModelConfig())
+    """The kinds this configuration can enable: without failures, the draws are the same as before ``fail`` existed."""
+    kind_draw: st.SearchStrategy[int] = KIND
     reached: Counter
     runs: int
 
@@ -102,14 +107,15 @@ class FleetMachine(RuleBasedStateMachine):
     def act(self, data) -> None:
         """Apply one enabled action of the world: its kind first, then which one."""
         world = self.world
-        enabled = [kind for kind in ACTION_KINDS if world.enabled(kind)]
+        kinds = self.kinds
+        enabled = [kind for kind in kinds if world.enabled(kind)]
         if not enabled:
             return  # quiescent: everything finished, clock at its horizon
         # A kind is drawn from the fixed list, so a drawn number keeps meaning the
         # same kind when the shrinker deletes earlier steps. If that kind is not
         # enabled, a second draw picks uniformly among those that are; together
         # every enabled kind is equally likely (1/12 + (12-m)/12 * 1/m = 1/m).
-        kind = ACTION_KINDS[data.draw(KIND, label="kind")]
+        kind = kinds[data.draw(self.kind_draw, label="kind")]
         if kind not in enabled:
             kind = enabled[data.draw(st.integers(0, len(enabled) - 1), label="enabled kind")]
         options = world.enabled(kind)
@@ -177,6 +183,8 @@ def machine_for(
             "destination_factory": staticmethod(destination_factory) if destination_factory else None,
             "ledger_factory": staticmethod(ledger_factory) if ledger_factory else None,
             "survey": survey,
+            "kinds": action_kinds(config),
+            "kind_draw": st.integers(min_value=0, max_value=len(action_kinds(config)) - 1),
             "reached": Counter(),
             "runs": 0,
         },

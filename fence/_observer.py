@@ -247,6 +247,22 @@ class Observer:
         if current is not None:
             self.moved(current, move, by=attempt)
 
+    def failure_accepted(self, attempt: str, own_reservation: str, key: str, wrote: bool) -> None:
+        """The ledger accepted a worker's failure report, addressed by key (``fence._worker``'s fail).
+
+        Judged as any owner's move (invariant 5: a stale attempt's report must not
+        move a newer reservation), then mirrored. An accepted report from an
+        attempt whose effect had landed is the failure path's danger: the janitor
+        must now settle a reservation whose owner said "failed" though it wrote.
+        """
+        self.owner_move_accepted(attempt, own_reservation, key, Move.FAIL)
+        if wrote:
+            self.reach("failure_after_effect")
+
+    def failure_refused(self, attempt: str, own_reservation: str) -> None:
+        """The ledger refused a worker's failure report (not the owner, or the lease was taken back)."""
+        self.reach("failure_refused")
+
     def abandon_answered(self, identity: str, answer: AttemptState | None) -> None:
         """The destination answered an abandon: ABANDONED is its promise to refuse that identity."""
         if answer is AttemptState.ABANDONED and identity not in self.abandoned:

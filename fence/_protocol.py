@@ -318,6 +318,32 @@ def ledger_owner_move(ledger: object, key: str, owner: str, move: Any) -> Any:
     return moved
 
 
+def ledger_fail(ledger: object, key: str, owner: str) -> Any:
+    """``ledger.fail(key, owner)``: the worker's failure report, the key's reservation after it (or a refusal).
+
+    A ledger without ``fail`` is asked ``owner_move(key, owner, Move.FAIL)``, which a
+    ledger that decides by ``TRANSITIONS`` (``check_owner``, ``next_state``) already makes.
+    """
+    if fences_own(ledger):
+        return ledger.fail(key, owner)
+    fail = getattr(ledger, "fail", None)
+    if not callable(fail):
+        from fence._ledger import Move
+
+        return ledger_owner_move(ledger, key, owner, Move.FAIL)
+    from fence._ledger import Reservation
+
+    shown = f"fail({key!r}, {owner!r})"
+    must = (
+        f"the fence.Reservation of key {key!r} after the failure report, or raise StaleAttempt "
+        "(not the owner) or IllegalMove (no longer reserved) to refuse it"
+    )
+    moved = _asked(ledger, shown, must, fail, key, owner)
+    if not isinstance(moved, Reservation) or moved.key != key:
+        raise _wrong(ledger, shown, _shown(moved), must)
+    return moved
+
+
 def scan_refused(ledger: object, reservation_id: str, now: float, refusal: Exception) -> PluginBroken:
     """The ledger refused to scan a lease its ``expired()`` had just listed: it contradicts itself."""
     return PluginBroken(

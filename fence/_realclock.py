@@ -130,6 +130,9 @@ class AttemptSpec:
     """Seconds of real work between reserving and committing."""
     crash: str | None = None
     """None, ``before-effect`` or ``after-effect``."""
+    fail: str | None = None
+    """None, ``before-effect``, ``after-effect`` or ``on-refusal``: the worker raises there and
+    reports the failure to the ledger (``Ledger.fail``), where a crash says nothing."""
 
 
 @dataclass
@@ -145,6 +148,8 @@ class AttemptRecord:
     commit_at: float | None = None
     result: CommitResult | None = None
     crashed_at: float | None = None
+    failed: str | None = None
+    """What the ledger did with its failure report: the reservation's state, or ``refused``."""
     confirmed: str | None = None
 
     @property
@@ -260,6 +265,9 @@ class Fleet:
         if spec.crash == "before-effect":
             self._crash(record, lane)
             return
+        if spec.fail == "before-effect":
+            self._fail(record, lane)
+            return
         payload = f"ticket for {spec.key}"
         with self.lock:
             self.run.commit_sent(spec.attempt_id, payload)
@@ -269,11 +277,16 @@ class Fleet:
         if spec.crash == "after-effect":
             self._crash(record, lane)
             return
+        if spec.fail == "after-effect":
+            self._fail(record, lane)
+            return
         with self.lock:
             move = CONFIRM_MOVES.get(record.result)
             if move is None:  # a refusal: the worker gives up (fence._worker's answer-to-confirm rule)
                 log(lane, "gives_up", f"refused ({record.result.value}): gives up")
                 record.confirmed = "gave up"
+                if spec.fail == "on-refusal":
+                    self._fail(record, lane)
                 return
             held_before = self.ledger.held
             try:
@@ -294,6 +307,21 @@ class Fleet:
         with self.lock:
             self.run.crashed(record.spec.attempt_id)
             record.crashed_at = self.recorder.log(lane, "crash", f"crashes {record.spec.crash}")
+
+    def _fail(self, record: AttemptRecord, lane: str) -> None:
+        """The worker raises and reports it: the ledger's owner-checked ``fail`` (a refusal is a fact too)."""
+        spec = record.spec
+        with self.lock:
+            try:
+                moved = self.ledger.fail(spec.key, spec.attempt_id)
+            except (StaleAttempt, IllegalMove) as refusal:
+                self.run.failed(spec.attempt_id, accepted=False)
+                record.failed = "refused"
+                self.recorder.log(lane, "fail", f"fails {spec.fail}; the ledger refuses: {refusal}")
+                return
+            self.run.failed(spec.attempt_id, accepted=True)
+            record.failed = moved.state.value
+            self.recorder.log(lane, "fail", f"fails {spec.fail}: {moved.reservation_id} {moved.state.value}")
 
     # -- the janitor loop ----------------------------------------------------------------
     def _janitor_loop(self) -> None:

@@ -119,6 +119,10 @@ def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
             continue
         part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
     crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
+    # A failed worker moves no more, as a crashed one (the ledger holds what its report did);
+    # one that gave up on a refusal is finished too unless it may still report the failure.
+    failed = Phase.FAILED
+    refused = Phase.DONE if world.config.failures else Phase.REFUSED
     unsent = (Phase.RESERVED, Phase.WORKING)  # a tuple: identity before hashing
     for a in attempts.values():
         job, _, number = a.handle.partition("#")
@@ -127,7 +131,9 @@ def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
             continue
         in_flight = a.handle in commits_in_flight
         phase = a.phase
-        if (phase is crashed or phase is done) and not in_flight:
+        if phase is failed:
+            phase = crashed
+        if (phase is crashed or phase is done or phase is refused) and not in_flight:
             part[3].append((number,))  # its future is only what its messages do
         elif phase is crashed:
             part[3].append((number, "crashed", a.payload.replace(job, "")))
@@ -201,10 +207,14 @@ def _generic_parts(world: World) -> tuple:
     attempts = []
     # Enum members compared by identity, never looked up in sets (an Enum's hash is a Python call).
     crashed, done, acked, reserved, working = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.RESERVED, Phase.WORKING
+    failed = Phase.FAILED
+    refused = Phase.DONE if world.config.failures else Phase.REFUSED  # as in the fast key
     for a in world.attempts.values():
         in_flight = a.handle in commits_in_flight
         phase = a.phase
-        if (phase is crashed or phase is done) and not in_flight:
+        if phase is failed:
+            phase = crashed
+        if (phase is crashed or phase is done or phase is refused) and not in_flight:
             # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
             attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
         else:

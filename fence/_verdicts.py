@@ -259,10 +259,13 @@ def combine(policy: JanitorPolicy, results: Iterable[ConfigResult]) -> PolicyRep
             if known is None or example.rule_steps < known.counterexample.rule_steps:
                 report.cells[name] = Cell(Verdict.VIOLATED, example, example.message)
             report.first_found_at_example.setdefault(name, result.first_found_at_example[name])
+    # Each configuration must reach the dangers it can (failures only where workers may fail).
+    required = {config: required_dangers(policy, config) for config in report.reached}
+    every = dict.fromkeys(danger for dangers in required.values() for danger in dangers)
     missing = [
         danger.name
-        for danger in required_dangers(policy)
-        if any(reached[danger.name] == 0 for reached in report.reached.values())
+        for danger in every
+        if any(reached[danger.name] == 0 for config, reached in report.reached.items() if danger in required[config])
     ]
     searched = f"not found in {report.examples} Hypothesis examples at " + "; ".join(
         r.config.describe() for r in results

@@ -4,7 +4,11 @@ Theory of operation
 -------------------
 A worker attempt reserves a unit, starts (announcing itself to the
 destination), sends its commit, hears the destination's answer and confirms at
-the ledger. It may crash at any point while it lives. ``WORKER_TRANSITIONS`` is
+the ledger. It may crash at any point while it lives. With failures modelled
+(``ModelConfig.failures``) it may also *fail*: raise, and report the failure to
+the ledger for its reservation, before its effect, after it, or after giving
+up on a refused commit (a real queue's failure handler: retry now, delete the
+idempotency record, mark failed). A crash says nothing; a failure is a call. ``WORKER_TRANSITIONS`` is
 that life as data, like the ledger's ``TRANSITIONS``: a move that is not in the
 table raises ``IllegalMove`` naming the move and the phase, and the diagram
 (``worker_mermaid``) is drawn from the table.
@@ -36,8 +40,10 @@ class Phase(enum.Enum):
     WORKING = "working"  # registered (message sent), doing the work
     COMMIT_SENT = "commit_sent"  # commit on its way, or answered and the answer lost
     ACKED = "acked"  # the destination's answer arrived
-    DONE = "done"  # confirmed, or gave up after a refusal
+    DONE = "done"  # confirmed
+    REFUSED = "refused"  # heard a refusal and gave up; may still report the failure
     CRASHED = "crashed"
+    FAILED = "failed"  # raised and reported the failure to the ledger
 
 
 class WorkerMove(enum.Enum):
@@ -47,21 +53,29 @@ class WorkerMove(enum.Enum):
     HEAR_REFUSED = "hear_refused"  # conflict, abandoned: give up
     CONFIRM = "confirm"
     CRASH = "crash"
+    FAIL = "fail"  # raise, and report the failure to the ledger
 
 
 P, W = Phase, WorkerMove
 WORKER_TRANSITIONS: dict[Phase, dict[WorkerMove, Phase]] = {
-    P.RESERVED: {W.START: P.WORKING, W.CRASH: P.CRASHED},
-    P.WORKING: {W.SEND_COMMIT: P.COMMIT_SENT, W.CRASH: P.CRASHED},
-    P.COMMIT_SENT: {W.HEAR_ACCEPTED: P.ACKED, W.HEAR_REFUSED: P.DONE, W.CRASH: P.CRASHED},
-    P.ACKED: {W.CONFIRM: P.DONE, W.CRASH: P.CRASHED},
+    P.RESERVED: {W.START: P.WORKING, W.CRASH: P.CRASHED, W.FAIL: P.FAILED},
+    P.WORKING: {W.SEND_COMMIT: P.COMMIT_SENT, W.CRASH: P.CRASHED, W.FAIL: P.FAILED},
+    P.COMMIT_SENT: {W.HEAR_ACCEPTED: P.ACKED, W.HEAR_REFUSED: P.REFUSED, W.CRASH: P.CRASHED, W.FAIL: P.FAILED},
+    P.ACKED: {W.CONFIRM: P.DONE, W.CRASH: P.CRASHED, W.FAIL: P.FAILED},
     P.DONE: {},
+    P.REFUSED: {W.FAIL: P.FAILED},
     P.CRASHED: {},
+    P.FAILED: {},
 }
 del P, W
 
-ALIVE_PHASES = frozenset(phase for phase, moves in WORKER_TRANSITIONS.items() if moves)
-"""Phases a worker can still act from (and crash in)."""
+ALIVE_PHASES = frozenset(phase for phase, moves in WORKER_TRANSITIONS.items() if WorkerMove.CRASH in moves)
+"""Phases a worker can still act from (and crash in). A worker that gave up on a refusal is not
+alive: its one move left is to report the failure (``FAILABLE_PHASES``)."""
+FAILABLE_PHASES = frozenset(phase for phase, moves in WORKER_TRANSITIONS.items() if WorkerMove.FAIL in moves)
+"""Phases a worker can raise and report the failure from (when failures are modelled)."""
+GONE_PHASES = frozenset({Phase.DONE, Phase.CRASHED, Phase.FAILED})
+"""Phases a worker never moves from again."""
 UNSENT_PHASES = frozenset({Phase.RESERVED, Phase.WORKING})
 """Phases before the commit was sent: the attempt can still write."""
 

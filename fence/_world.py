@@ -11,7 +11,9 @@ policy logic and no guard logic of its own: it wires the real ``Ledger``,
 Everything is a discrete action on a logical clock (``now`` is an integer number
 of ticks). A worker's life is: reserve -> start (its registration is a message
 that may be delayed) -> send commit (a message) -> receive ack (a message that may
-be lost) -> confirm at the ledger. It can crash at any point. The network
+be lost) -> confirm at the ledger. It can crash at any point. With
+``ModelConfig.failures`` it can also fail: raise and report the failure to the
+ledger (``Fail``), which a crash never does. The network
 delivers messages in any order, so a commit can land after the lease expired,
 after the janitor released the unit, after a retry. Janitors scan, probe and
 settle as separate actions, so a lookup can be answered and then go stale.
@@ -42,6 +44,7 @@ from fence._ledger import Ledger, ReservationState
 from fence._observer import ObservedDestination, Observer
 from fence._worker import (
     ALIVE_PHASES,
+    FAILABLE_PHASES,
     UNSENT_PHASES,
     Phase,
     WorkerMove,
@@ -71,6 +74,10 @@ class ModelConfig:
     janitors: int = 2
     horizon: int = 30
     """The clock never passes this many ticks during the random part of a run."""
+    failures: bool = False
+    """Workers may fail (``Fail``): raise before their effect, after it, or on a refused commit,
+    and report the failure to the ledger for their reservation. Off, no ``Fail`` is ever
+    enabled and every engine walks exactly the states and draws it walked before."""
 
     def problem(self) -> str | None:
         if self.capacity < 1:
@@ -94,6 +101,7 @@ class ModelConfig:
         return (
             f"{self.capacity} unit(s), {self.jobs} job(s), {self.max_attempts} attempt(s) "
             f"per job, lease {self.lease} ticks, {self.janitors} janitor(s)"
+            + (", failures reported" if self.failures else "")
         )
 
 
@@ -241,7 +249,27 @@ class Settle(Action):
     """The policy's second step after it freed the unit (``after_release``), not a decision."""
 
 
+@dataclass(frozen=True)
+class Fail(Action):
+    """The worker raises and reports the failure to the ledger (only with ``ModelConfig.failures``).
+
+    Defined last, so that its kind comes last in ``ACTION_KINDS``: without
+    failures every engine's order of kinds (and Hypothesis' draws) is the old one.
+    """
+
+    kind: ClassVar[str] = "fail"
+    attempt: str
+
+
 ACTION_KINDS: tuple[str, ...] = tuple(Action.REGISTRY)
+FAILURE_KINDS: tuple[str, ...] = ("fail",)
+
+
+def action_kinds(config: ModelConfig) -> tuple[str, ...]:
+    """The kinds a world of ``config`` can ever enable, in ``ACTION_KINDS`` order."""
+    if config.failures:
+        return ACTION_KINDS
+    return tuple(kind for kind in ACTION_KINDS if kind not in FAILURE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -429,6 +457,12 @@ class World:
     def _enabled_crash(self) -> list[Action]:
         return [Crash(a.handle) for a in self._attempts_in(*ALIVE_PHASES)]
 
+    def _enabled_fail(self) -> list[Action]:
+        # A failure is a fault, like a crash: none in the drain, whose workers finish.
+        if not self.config.failures or self.draining:
+            return []
+        return [Fail(a.handle) for a in self._attempts_in(*FAILABLE_PHASES)]
+
     def _enabled_tick(self) -> list[Action]:
         room = self.config.horizon - self.now
         # Longest tick first, so a shrunk counterexample jumps straight to expiry.
@@ -576,7 +610,8 @@ class World:
             return self._deliver_commit(attempt)
         # An answer reaching its worker.
         if attempt.phase is not Phase.COMMIT_SENT:
-            return f"{message.describe()} arrives, but {attempt.handle} has crashed", "network", f"worker:{attempt.handle}"
+            gone = "failed" if attempt.phase is Phase.FAILED else "crashed"
+            return f"{message.describe()} arrives, but {attempt.handle} has {gone}", "network", f"worker:{attempt.handle}"
         attempt.ack = message.result
         heard = hearing(message.result)
         attempt.phase = next_phase(attempt.phase, heard)
@@ -644,6 +679,44 @@ class World:
             point = "after its commit was refused, before hearing of it"
         attempt.phase = next_phase(attempt.phase, WorkerMove.CRASH)
         return f"{attempt.handle} crashes {point}", f"worker:{attempt.handle}", f"worker:{attempt.handle}"
+
+    def _do_fail(self, action: Fail):
+        """The worker raises and reports the failure: the ledger's ``fail``, owner-checked.
+
+        The report says no more than an expiry would: a worker that raised after
+        sending cannot know whether its effect landed. fence's own ledger moves the
+        reservation to outcome_unknown, for the janitor's policy to settle as if
+        the lease had expired; it refuses the report (a fact the observer records)
+        if the worker no longer owns the key's reservation or the janitor took the
+        lease back first.
+        """
+        attempt = self.attempts[action.attempt]
+        actor = f"worker:{attempt.handle}"
+        if attempt.phase in UNSENT_PHASES:
+            point = "before its effect"
+        elif self.in_network(MessageKind.COMMIT, attempt.handle):
+            point = "while its commit is in flight"
+            self.observer.reach("failure_while_commit_in_flight")
+        elif attempt.wrote:
+            point = "after its effect landed"
+        elif attempt.phase is Phase.ACKED:
+            point = f"after hearing '{attempt.ack.value}'"
+        elif attempt.phase is Phase.REFUSED:
+            point = f"after its commit was refused ('{attempt.ack.value}')"
+        else:
+            point = "after its commit was refused, before hearing of it"
+        attempt.phase = next_phase(attempt.phase, WorkerMove.FAIL)
+        try:
+            changed = _protocol.ledger_fail(self.ledger, attempt.key, attempt.identity)
+        except (StaleAttempt, IllegalMove) as refusal:
+            self.observer.failure_refused(attempt.handle, attempt.reservation_id)
+            return f"{attempt.handle} fails {point} and reports it; the ledger refuses: {refusal}", actor, "ledger"
+        self.observer.failure_accepted(attempt.handle, attempt.reservation_id, attempt.key, attempt.wrote)
+        return (
+            f"{attempt.handle} fails {point} and reports it: {changed.reservation_id} is {changed.state.value}",
+            actor,
+            "ledger",
+        )
 
     def _do_tick(self, action: Tick):
         self.now += action.by

@@ -13,3 +13,7 @@ from stateful.machines import machine_for
 
 TestAbandonFenced = machine_for(POLICIES["abandon-fenced"], ModelConfig(capacity=1, jobs=1)).TestCase
 TestAbandonFencedTwoUnits = machine_for(POLICIES["abandon-fenced"], ModelConfig(capacity=2, jobs=2)).TestCase
+# Workers that may also fail and report it (``ModelConfig.failures``): the safe policy must still hold.
+TestAbandonFencedWithFailures = machine_for(
+    POLICIES["abandon-fenced"], ModelConfig(capacity=1, jobs=1, failures=True)
+).TestCase

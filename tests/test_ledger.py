@@ -29,6 +29,7 @@ EXPECTED_TRANSITIONS: dict[ReservationState, dict[Move, ReservationState]] = {
         Move.CONFIRM_EXISTING: S.CONFIRMED_EXISTING,
         Move.EXPIRE_AND_HOLD: S.OUTCOME_UNKNOWN,
         Move.EXPIRE_AND_RELEASE: S.UNUSED,
+        Move.FAIL: S.OUTCOME_UNKNOWN,
     },
     S.OUTCOME_UNKNOWN: {
         Move.CONFIRM: S.CONFIRMED,
@@ -81,7 +82,7 @@ def test_every_state_has_a_row_in_the_table():
 def test_parametrization_covers_every_state_move_pair():
     """The legal and illegal cases together are every (state, move) pair exactly once."""
     assert len(LEGAL_PAIRS) + len(ILLEGAL_PAIRS) == len(ReservationState) * len(Move)
-    assert len(LEGAL_PAIRS) == 8
+    assert len(LEGAL_PAIRS) == 9  # reserved --fail--> outcome_unknown joined the table (the failure path)
 
 
 @pytest.mark.parametrize(("state", "move"), LEGAL_PAIRS, ids=map(_pair_id, LEGAL_PAIRS))
@@ -360,7 +361,7 @@ def test_confirm_for_a_key_with_no_reservation_is_stale(open_implementation):
     assert ledger.reservations() == []
 
 
-@pytest.mark.parametrize("move", [Move.CONFIRM, Move.CONFIRM_EXISTING])
+@pytest.mark.parametrize("move", [Move.CONFIRM, Move.CONFIRM_EXISTING, Move.FAIL])
 def test_stale_attempt_confirm_raises_and_changes_nothing(open_implementation, move):
     """A late confirm from an attempt that no longer owns the key is refused and both reservations stay put."""
     ledger = open_implementation(1).ledger
@@ -436,3 +437,34 @@ def test_mermaid_mentions_every_transition():
         for move, target in moves.items():
             assert f"    {source.value} --> {target.value}: {move.value}" in lines
     assert len(lines) == 2 + sum(len(moves) for moves in EXPECTED_TRANSITIONS.values())
+
+
+def test_owner_failure_report_holds_the_reservation_as_outcome_unknown(open_implementation):
+    """fail(key, owner) takes the owner's reserved reservation to OUTCOME_UNKNOWN and frees nothing."""
+    ledger = open_implementation(1).ledger
+    ledger.reserve("job1", "job1#1", now=0, lease=2)
+    moved = ledger.fail("job1", "job1#1")
+    assert (moved.reservation_id, moved.state) == ("job1/r1", S.OUTCOME_UNKNOWN)
+    assert ledger.units_freed == {}
+    assert ledger.held == 1
+
+
+@pytest.mark.parametrize("taken_back_by", [Move.EXPIRE_AND_HOLD, Move.EXPIRE_AND_RELEASE])
+def test_failure_report_after_the_janitor_took_the_lease_back_is_refused(open_implementation, taken_back_by):
+    """The owner's failure report on a lease the janitor already took back raises IllegalMove and changes nothing."""
+    ledger = open_implementation(1).ledger
+    reservation = ledger.reserve("job1", "job1#1", now=0, lease=2)
+    ledger.apply(reservation.reservation_id, taken_back_by)
+    before = ledger.snapshot()
+    with pytest.raises(IllegalMove):
+        ledger.fail("job1", "job1#1")
+    assert ledger.snapshot() == before
+
+
+def test_failure_report_by_someone_else_is_stale(open_implementation):
+    """fail() by an identity that does not own the key's current reservation raises StaleAttempt."""
+    ledger = open_implementation(1).ledger
+    ledger.reserve("job1", "job1#1", now=0, lease=2)
+    with pytest.raises(StaleAttempt):
+        ledger.fail("job1", "job1#2")
+    assert ledger.get("job1/r1").state is S.RESERVED

@@ -412,6 +412,10 @@ class SqlLedger:
     def confirm_existing(self, key: str, owner: str) -> Reservation:
         return self.owner_move(key, owner, Move.CONFIRM_EXISTING)
 
+    def fail(self, key: str, owner: str) -> Reservation:
+        """The owner raised (``fence.Ledger.fail``): reserved -> outcome_unknown, owner-checked."""
+        return self.owner_move(key, owner, Move.FAIL)
+
     def claim_expired(
         self, now: float | None, janitor: str, move: Move = Move.EXPIRE_AND_HOLD, limit: int = 100
     ) -> list[Reservation]:
