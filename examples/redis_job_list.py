@@ -3,9 +3,10 @@
 The library (``JobList``) is what a team might write in an afternoon: one list
 of waiting jobs and one sorted set of started jobs (a job id scored by the
 instant it started) per job key; a worker takes a job onto the started set and
-finishes it by its id; ``requeue_stale`` puts every started job older than a
-timeout back on the list, under the same id, and counts a retry. Nothing is
-ever refused: finishing a job that is not started does nothing.
+finishes it by its id, or fails it (the job raised: straight back on the
+list); ``requeue_stale`` puts every started job older than a timeout back on
+the list, under the same id, and counts a retry. Nothing is ever refused:
+finishing or failing a job that is not started does nothing.
 
 The adapter below it (``JobListLedger``, ``JobListStorage``, ``ROW``) drives
 that library through fence's ledger protocol with ``fence.targets.protocol``
@@ -60,6 +61,13 @@ class JobList:
         if self.client.zrem(f"started:{key}", job_id):
             self.client.hset(f"job:{job_id}", "status", "done")
 
+    def fail(self, key: str, job_id: int) -> None:
+        """The job raised: back on its list at once, under the same id, counting a retry."""
+        if self.client.zrem(f"started:{key}", job_id):
+            self.client.hincrby(f"job:{job_id}", "retries", 1)
+            self.client.hset(f"job:{job_id}", "status", "waiting")
+            self.client.lpush(f"waiting:{key}", job_id)
+
     def stale(self, key: str, timeout: float) -> list[int]:
         return [int(j) for j in self.client.zrangebyscore(f"started:{key}", "-inf", time.time() - timeout)]
 
@@ -87,7 +95,8 @@ class Take:
 
 
 class JobListLedger(TargetLedger):
-    """A reserve is ``take`` (after ``enqueue`` for a new key), a confirm ``finish``, the janitor ``requeue_stale``."""
+    """A reserve is ``take`` (after ``enqueue`` for a new key), a confirm ``finish``, a failure ``fail``, the janitor
+    ``requeue_stale``."""
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
@@ -131,6 +140,13 @@ class JobListLedger(TargetLedger):
         only_if_it_moves(started, lambda: self._session.jobs.finish(take.key, take.job_id),
                          f"finish({take.job_id}) changed nothing: the job was not started")
         self._finished_by[take.job_id] = move
+        return self._latest(take.job_id)
+
+    def _fail(self, take: Take) -> Take:
+        started = lambda: self._session.client.zscore(f"started:{take.key}", take.job_id)  # noqa: E731
+        self._writing()
+        only_if_it_moves(started, lambda: self._session.jobs.fail(take.key, take.job_id),
+                         f"fail({take.job_id}) changed nothing: the job was not started")
         return self._latest(take.job_id)
 
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:

@@ -55,10 +55,12 @@ PROFILES = {
     # The explorer runs at fence.targets.EXPLORER_BOUND in every profile, and "deep" walks
     # EXPLORER_DEEP_BOUND after it (EXPLORER_BOUNDS); the profile sets how many of its states
     # and merges the FaithfulnessCheck replays (EXPLORER_FAITHFULNESS).
-    "quick": (40, 30, (ModelConfig(capacity=1, jobs=1),)),
-    "default": (150, 30, DEFAULT_CONFIGS),
-    "thorough": (600, 40, DEFAULT_CONFIGS),
-    "deep": (150, 30, DEFAULT_CONFIGS),
+    # Every configuration with workers that may fail: a target's failure handler (its fail) is
+    # part of what it claims, so each row is walked with it (fence.targets.judge_target).
+    "quick": (40, 30, (ModelConfig(capacity=1, jobs=1, failures=True),)),
+    "default": (150, 30, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
+    "thorough": (600, 40, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
+    "deep": (150, 30, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
 }
 EVIDENCE = Path("evidence/targets.txt")
 
@@ -391,7 +393,9 @@ def _render(found, args, examples: int, configs, seconds: float) -> str:
         for counts in report.report.reached.values():
             for name, n in counts.items():
                 reached[name] = reached.get(name, 0) + n
-        needed = [danger.name for danger in required_dangers(target.policy)]
+        # Each configuration's own dangers (the failure path's where its workers may fail).
+        needed = list(dict.fromkeys(danger.name for config in (report.report.reached or configs)
+                                    for danger in required_dangers(target.policy, config)))
         lines.append("   dangers reached: " + ", ".join(f"{name} {reached.get(name, 0)}" for name in needed))
         violated = [inv for inv in INVARIANTS if report.report.cells[inv.name].verdict is Verdict.VIOLATED]
         for inv in violated:
@@ -428,7 +432,7 @@ def _explorer_line(found) -> str:
         scope = f"STOPPED, the plug-ins cannot be explored faithfully: {found.unfaithful}"
     else:
         scope = f"NOT exhausted ({found.stopped_by or 'a depth bound'}; every depth to {found.depth} finished)"
-    dangers = ", ".join(f"{d.name} {found.reached[d.name]}" for d in required_dangers(found.policy))
+    dangers = ", ".join(f"{d.name} {found.reached[d.name]}" for d in required_dangers(found.policy, found.config))
     return (f"{found.outcome().value} within {describe_bounds(found)}: {found.states} states, "
             f"{found.transitions} transitions, {found.seconds:.0f} s, {scope}; "
             f"{found.faithfulness_checks} faithfulness checks{'' if found.unfaithful else ' passed'}; "

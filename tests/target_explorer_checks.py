@@ -40,14 +40,15 @@ def shipped_duplicate_replays(row: str, shipped, url: str) -> None:
     assert shipped.session.restorer.loads > 0  # the copies took turns on the server
 
 
-def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool) -> None:
-    """Every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
-    found = explore_target(TARGETS[row], guarded, faithfulness=FAITHFULNESS)
+def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bound=EXPLORER_BOUND) -> None:
+    """Every interleaving within ``bound`` (EXPLORER_BOUND: workers that may fail): nothing broken, every danger
+    reached (the failure path's too, where failures are on), copies faithful."""
+    found = explore_target(TARGETS[row], guarded, bound, faithfulness=FAITHFULNESS)
     assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
     assert found.exhausted and found.states > 100 and found.transitions > found.states
     assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
     assert found.missing_dangers() == []
-    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS[row].policy))
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS[row].policy, bound))
     assert found.outcome() is Outcome.PROVED
     # The copies really took turns on the server (a walk that never restored proved nothing about restores).
     assert guarded.session.restorer.loads > found.states

@@ -45,8 +45,11 @@ def test_check_target_finds_the_job_list_violated_and_its_stale_finish(example, 
     """Both engines on the real library: worse than naive on 5 (a stale finish), as celery on Redis is.
 
     Pinned: violated 1, 2, 3, 5, 6 (Hypothesis and the explorer), proved 4 and 7
-    within the explorer's bound; and the lockstep's one finding, the stale
-    worker's finish accepted where the naive model refuses it.
+    within the explorer's bound, with workers that may fail; and the lockstep's
+    finding. A run parts from its model at its first difference, and with
+    failures modelled that is the job list's failure handler: it puts the job
+    straight back on its list (unused) where the model holds it for the janitor.
+    The stale finish, the finding without failures, is pinned by the next test.
     """
     from fence.testing import check_target
 
@@ -64,4 +67,27 @@ def test_check_target_finds_the_job_list_violated_and_its_stale_finish(example, 
     assert checked.report.cells["no_duplicate_writes"].counterexample.message == "job1 was written 2 times"
     assert len([path for path in checked.written if path.suffix == ".json"]) == 5
     (finding,) = checked.lockstep_findings
-    assert "confirm" in finding.what and "a stale atte" in finding.detail, finding
+    assert finding.what == "fail: the step's story" and "job1/r1 is unused" in finding.detail, finding
+
+
+def test_a_stale_finish_finishes_the_retrys_job_where_the_naive_model_refuses_it(example, redis_url):
+    """The lockstep on one run, workers that never fail: the first worker's late finish is accepted on the retry's job.
+
+    The job list requeues a stale job under the same id, and ``finish`` is keyed
+    by that id alone: the same class as celery's ack on Redis.
+    """
+    from fence import POLICIES
+    from fence._lockstep import replay_in_lockstep, without_refusal_reasons
+    from fence._world import Confirm, Deliver, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
+
+    one = ModelConfig(capacity=1, jobs=1)
+    stale_finish = [Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Retry("job1"), Start("job1#1"),
+                    SendCommit("job1#1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"), Confirm("job1#1")]
+    storage = example.JobListStorage(redis_url)
+    try:
+        world = World(POLICIES["naive"], one, storage.destination_factory, storage.ledger_factory)
+        difference = replay_in_lockstep(stale_finish, world, World(POLICIES["naive"], one),
+                                        same_story=without_refusal_reasons)
+    finally:
+        storage.close()
+    assert difference is not None and "confirm" in difference.what and "a stale atte" in difference.detail, difference

@@ -14,12 +14,15 @@ Every test needs PostgreSQL and procrastinate (see tests/test_targets.py).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from fence._explore import Outcome
+from fence._invariants import BY_NAME
+from fence._minimise import replay_actions
 from fence._verdicts import Verdict, profile_settings
-from fence.targets import TARGETS, explore_target, judge_target
+from fence.targets import EXPLORER_BOUND, TARGETS, explore_target, judge_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
 pytestmark = pytest.mark.postgres
@@ -55,9 +58,38 @@ def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_d
     shipped_duplicate_replays("procrastinate", shipped, postgres_url)
 
 
-def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
-    """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
-    guarded_row_proved("procrastinate+guard", guarded, destination_on_the_server=True)
+def test_the_explorer_proves_the_guarded_row_without_failures_and_reaches_every_danger(guarded):
+    """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND with workers that never fail: nothing
+    broken, every danger reached, copies faithful. With failures it is violated (the next test)."""
+    guarded_row_proved("procrastinate+guard", guarded, destination_on_the_server=True,
+                       bound=replace(EXPLORER_BOUND, failures=False))
+
+
+def test_with_failures_the_explorer_finds_the_guarded_row_violated_by_procrastinates_failure_path(guarded, postgres_url):
+    """A finding (issue 25), every interleaving within EXPLORER_BOUND: procrastinate's failure path breaks 4 (a stalled
+    worker's finish_job(failed) finishes the row the recovery holds) and 6 (a failed job is never run again, so the
+    guard never settles it); 1, 2, 3, 5 and 7 are proved with every danger reached, failure_after_effect included."""
+    target = TARGETS["procrastinate+guard"]
+    found = explore_target(target, guarded, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.exhausted and found.config.failures
+    outcomes = {name: result.outcome for name, result in found.results.items()}
+    broken = {"capacity_conserved", "everything_settles"}
+    assert outcomes == {name: Outcome.VIOLATED if name in broken else Outcome.PROVED for name in outcomes}
+    assert found.missing_dangers() == [] and found.reached["failure_after_effect"] > 0
+    held = found.results["capacity_conserved"].counterexample
+    assert "accepted fail on job1/r1, which was outcome_unknown" in held.message
+    assert [step.action.kind for step in held.steps if not step.drain] == ["reserve", "tick", "scan", "fail"]
+    # Each violation breaks again on a fresh database.
+    fresh = target.open(postgres_url)
+    try:
+        for name in broken:
+            example = found.results[name].counterexample
+            chosen = [step.action for step in example.steps if not step.drain]
+            again = replay_actions(target.policy, EXPLORER_BOUND, chosen, BY_NAME[name],
+                                   fresh.destination_factory, fresh.ledger_factory)
+            assert again is not None and again.message == example.message, name
+    finally:
+        fresh.close()
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
@@ -102,11 +134,15 @@ CAUGHT = {
 @pytest.mark.parametrize("mutation", list(CAUGHT), ids=lambda mutation: mutation.__name__.strip("_"))
 def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, procrastinate_module, postgres_url,
                                                                 monkeypatch):
-    """Each mutation of the image or the snapshot stops the walk as unfaithful, or a false violation fails to replay."""
+    """Each mutation of the image or the snapshot stops the walk as unfaithful, or a false violation fails to replay.
+
+    At the bound without failures, where the guarded row holds: a false violation there is the mutation's alone.
+    """
     mutation(procrastinate_module, monkeypatch)
     storage = TARGETS["procrastinate+guard"].open(postgres_url)
     try:
-        found = explore_target(TARGETS["procrastinate+guard"], storage, faithfulness=FAITHFULNESS, time_budget=60)
+        found = explore_target(TARGETS["procrastinate+guard"], storage, replace(EXPLORER_BOUND, failures=False),
+                               faithfulness=FAITHFULNESS, time_budget=60)
     finally:
         storage.close()
     if CAUGHT[mutation] == "does not replay":
@@ -122,7 +158,8 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, procra
 # -- both engines, as fence targets combines them ----------------------------------------------
 @pytest.mark.slow
 def test_judge_target_combines_both_engines_on_both_rows(postgres_url, procrastinate_module):
-    """judge_target: the shipped row violated by both engines, the guarded row proved (Hypothesis: not-found)."""
+    """judge_target: the shipped row violated by both engines, the guarded row, with workers that never fail, proved
+    (Hypothesis: not-found)."""
     from fence._world import ModelConfig
 
     one = [ModelConfig(capacity=1, jobs=1)]
@@ -133,7 +170,7 @@ def test_judge_target_combines_both_engines_on_both_rows(postgres_url, procrasti
             assert shipped.exploration.results[name].outcome is Outcome.VIOLATED, name
     assert shipped.cells["no_duplicate_writes"].verdict is Verdict.VIOLATED
     guarded = judge_target(TARGETS["procrastinate+guard"], postgres_url, configs=one,
-                           run_settings=profile_settings(40, 30), faithfulness=FAITHFULNESS).report
+                           run_settings=profile_settings(40, 30), faithfulness=FAITHFULNESS, failures=False).report
     assert set(guarded.hypothesis_verdicts.values()) == {Verdict.NOT_FOUND}
     assert {cell.verdict for cell in guarded.cells.values()} == {Verdict.PROVED}, {
         name: cell.detail for name, cell in guarded.cells.items()}

@@ -60,7 +60,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from hypothesis import settings
@@ -247,13 +247,14 @@ TARGETS: dict[str, Target] = {
 }
 
 
-EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
+EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2, failures=True)
 """The bound the explorer exhausts on a target: 1 unit x 1 job x 2 attempts, lease 2, horizon 2,
-2 janitors. The smallest at which the model reaches every danger the guarded policy must face
+2 janitors, workers that may fail (the system's failure handler runs: ``fail``). The smallest at which the model reaches every danger the guarded policy must face
 (a retry and a revised retry need two attempts; a commit after expiry needs the clock to reach
-the lease), at the lease the machines use. About 1,200 states and 5,000 transitions on
-procrastinate, each a few calls on the real database."""
-EXPLORER_DEEP_BOUND = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
+the lease), at the lease the machines use. About 1,700 states and 8,700 transitions on
+procrastinate with fence.guard (1,200 and 5,000 with workers that never fail), each a few calls on
+the real database."""
+EXPLORER_DEEP_BOUND = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2, failures=True)
 """The second bound of ``fence targets --profile deep``: 2 units x 2 jobs x 2 attempts, lease 2,
 horizon 2, walked after ``EXPLORER_BOUND`` for at most ``EXPLORER_DEEP_BUDGET`` seconds a row.
 Two jobs share the server there (two rows, two workers' heartbeats, two messages' delivery
@@ -328,8 +329,14 @@ def judge_target(
     explorer_budget: float | None = None,
     deeper: Iterable[ModelConfig] = (),
     deeper_budget: float | None = EXPLORER_DEEP_BUDGET,
+    failures: bool = True,
 ) -> TargetReport:
     """Both engines on the real system: the machines with the model of its policy in lockstep, then the explorer.
+
+    Every configuration and bound is walked with workers that may fail
+    (``ModelConfig.failures``: the target's ``fail``, its own failure handler,
+    runs), so a guarded row is proved only once ``failure_after_effect`` is
+    reached too; ``failures=False`` walks them as before the failure path.
 
     What ``fence._verdicts.judge`` does with a ``ledger_factory`` (a surveying
     Hypothesis run per configuration, each violation minimised by replays on
@@ -346,6 +353,9 @@ def judge_target(
     makes its cell violated; a walk that ends proves nothing beyond what the
     first bound's did, and one that is cut short says how far it got.
     """
+    configs = with_failures(configs, failures)
+    explorer_bound, = with_failures((explorer_bound,), failures)
+    deeper = with_failures(deeper, failures)
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
     clock = RunClock()
@@ -381,6 +391,11 @@ def judge_target(
         storage.close()
     tick = target.tick_seconds if target.tick_seconds is not None else clock.tick
     return TargetReport(target, report, found, walks, clock.longest, tick)
+
+
+def with_failures(configs: Iterable[ModelConfig], failures: bool = True) -> tuple[ModelConfig, ...]:
+    """The same configurations with workers that may fail (or not): what every target row is walked at."""
+    return tuple(replace(config, failures=failures) for config in configs)
 
 
 class RunClock:
@@ -479,5 +494,5 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
 __all__ = [
     "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "ModelTime", "PostgresTables", "RedisDatabase", "RedisImage",
     "RedisSession", "SchemaImage", "Target", "TargetLedger", "TargetReport", "TargetStorage", "explore_target",
-    "judge_target", "only_if_it_moves", "refused_unless",
+    "judge_target", "only_if_it_moves", "refused_unless", "with_failures",
 ]

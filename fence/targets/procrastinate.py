@@ -13,6 +13,14 @@ on its own tables (``procrastinate.App.job_manager``), on a real PostgreSQL:
   its own, so that each has its own heartbeat);
 * a **confirm** is the worker's ``finish_job(job, succeeded)``: what
   procrastinate's worker calls when the task returns;
+* a **failure report** (``fail``) is what procrastinate's worker does when the
+  task raises (``Worker._process_job`` and ``_persist_job_status``): it asks
+  the task's retry strategy (``Task.get_retry_exception``) and, on a retry
+  decision, calls ``retry_job(job, retry_at=..., ...)`` (the same row back to
+  ``todo``), else ``finish_job(job, failed)``. fence's task keeps
+  procrastinate's default, no retry strategy, so the row is finished as
+  failed. Like ``finish_job(succeeded)`` it is keyed by the job id alone: a
+  stale worker's failure finishes whatever that row now is;
 * a lease has **expired** when ``get_stalled_jobs(seconds_since_heartbeat=...)``
   lists the job: its worker's heartbeat is older than the lease;
 * the **janitor's moves** are procrastinate's recovery. As shipped
@@ -337,6 +345,31 @@ class ProcrastinateLedger(TargetLedger):
         """The worker's finish_job(job, succeeded) on the row it fetched, as procrastinate's worker calls it."""
         self._run(finish(self._session.app.job_manager, fetch.job_id, procrastinate_jobs.Status.SUCCEEDED))
         self._finished_by[fetch.job_id] = move
+        return self._latest_fetch(fetch.job_id)
+
+    def _fail(self, fetch: _Fetch) -> _Fetch:
+        """procrastinate's worker when the task raises: the task's retry strategy decides retry_job or finish_job(failed).
+
+        As ``Worker._process_job`` and ``_persist_job_status`` do it, on the job
+        id the worker fetched (procrastinate checks neither the worker nor the
+        attempt); a row that is not ``doing`` (or ``todo``) is refused in
+        procrastinate's own words.
+        """
+        app = self._session.app
+        job = self._jobs().get(fetch.job_id)
+        if job is None:
+            raise IllegalMove(f"fail on job {fetch.job_id}: procrastinate has no such row")
+        raised = RuntimeError(f"the task of {fetch.reservation_id} raised")
+        job_retry = app.tasks[job.task_name].get_retry_exception(exception=raised, job=job)
+        decision = job_retry.retry_decision if job_retry else None
+        if decision is None:
+            self._run(finish(app.job_manager, job.id, procrastinate_jobs.Status.FAILED))
+        else:
+            try:
+                self._run(app.job_manager.retry_job(job, retry_at=decision.retry_at, priority=decision.priority,
+                                                    queue=decision.queue, lock=decision.lock))
+            except procrastinate_errors.ConnectorException as error:
+                raise IllegalMove(f"procrastinate refused retry_job({job.id}): {refusal(error)}") from None
         return self._latest_fetch(fetch.job_id)
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:

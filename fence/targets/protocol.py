@@ -26,19 +26,35 @@ rest. A target is three pieces:
   ``owner_move(key, owner, move)``
       a worker's confirm (``Move.CONFIRM``, ``CONFIRM_EXISTING``); a worker that
       never held the key gets ``StaleAttempt``.
+  ``fail(key, owner) -> Reservation``
+      a worker's task raised (before its effect, after it, or on a refused
+      commit): the system's own failure handler for that worker's job (retry
+      it now, delete its idempotency record, mark it failed), as the library's
+      worker runs it. Accepted (a returned reservation) when the handler ran on
+      the job this worker holds; refused with ``StaleAttempt`` (the worker never
+      held the key) or ``IllegalMove`` (the system no longer lets this worker's
+      job fail: its lease was taken back, the job is finished). fence's model
+      moves an accepted report to ``outcome_unknown``, for the janitor to
+      settle like an expired lease it holds; a handler that frees the job at
+      once answers otherwise, and the lockstep reports that as a finding about
+      the system. ``fence targets`` and ``check_target`` model failures on
+      every row.
   ``snapshot()``
       everything that decides its next answers, for the explorer.
   ``free``, ``held``
       units not held and held (properties).
 
   ``TargetLedger`` gives ``get``, ``reservations``, ``current``, ``held``,
-  ``free``, ``owner_move`` (and ``confirm``/``confirm_existing``) and
-  ``expired`` from four methods of the subclass: ``_records()`` (its own record
+  ``free``, ``owner_move`` (and ``confirm``/``confirm_existing``), ``fail`` and
+  ``expired`` from five methods of the subclass: ``_records()`` (its own record
   of each reservation it took, by id, in order: anything with
   ``reservation_id``, ``key``, ``owner``, ``deadline``), ``_state(record)``
   (what the system says of one), ``_past_lease(record)`` (does the system's
-  own expiry query list it) and ``_confirm(record, move)`` (the worker's
-  completion call). Its ``time`` (a ``ModelTime``) maps model time onto the server's, and
+  own expiry query list it), ``_confirm(record, move)`` (the worker's
+  completion call) and ``_fail(record)`` (the worker's failure handler; there
+  is no default: a target states what its system does when a task raises, or
+  refuses every report with ``IllegalMove`` in its own words). Its ``time`` (a
+  ``ModelTime``) maps model time onto the server's, and
   ``_move_clock(ticks)`` is where the subclass moves the system's stored times.
 
 * a **storage** (subclass ``TargetStorage``): ``url -> storage`` with
@@ -58,6 +74,10 @@ row that is gone, returns as quietly as a good one. For them a write counts as
 accepted only if it changed the system's state: ``only_if_it_moves(read, call,
 why)`` makes the call and refuses unless ``read()`` answers differently after
 it, and ``refused_unless(moved, why)`` says the same where the adapter knows.
+The same holds for a failure report (``fail``): it is accepted when the
+system's failure handler changed the worker's job (retried it, deleted its
+record, marked it failed), refused when the handler had nothing of this
+worker's to act on.
 
 **One reservation per janitor call.** ``apply(reservation_id, move)`` must touch
 that one reservation. A library whose recovery sweeps a whole registry at once
@@ -169,7 +189,7 @@ class TargetLedger(Restorable):
 
     A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
     first and ``self._restoring(session.restorer)`` last in its constructor, and
-    implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``,
+    implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
     ``_move_clock``, ``reserve``, ``apply`` and ``snapshot``; ``dump`` and ``load`` are the
     session's (``images.RedisSession`` has them) unless it overrides them.
     """
@@ -201,6 +221,19 @@ class TargetLedger(Restorable):
     def _confirm(self, record: TakenReservation, move: Move) -> TakenReservation:
         """The worker's completion call for ``record``; returns the record whose state to report."""
         raise NotImplementedError
+
+    def _fail(self, record: TakenReservation) -> TakenReservation:
+        """The system's failure handler for ``record``'s job, as its worker runs it when the task raises.
+
+        Returns the record whose state to report; ``IllegalMove`` to refuse. No
+        default: a handler that silently succeeded would tell the world the
+        system did something it never did.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} states no failure handler: implement _fail(record) with what the system does "
+            "when a worker's task raises (retry the job, delete its record, mark it failed), or raise IllegalMove "
+            "there if the system takes no failure reports"
+        )
 
     def _move_clock(self, ticks: float) -> None:
         """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write."""
@@ -282,12 +315,25 @@ class TargetLedger(Restorable):
     # -- the owner's moves -----------------------------------------------------------------
     def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
         """The worker's completion on the job it was given (``_confirm``); a stranger gets StaleAttempt."""
+        if move is Move.FAIL:
+            return self.fail(key, owner)
         if move not in CONFIRMS:
             raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
         mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
         if not mine:
             raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it was never given a job for that key")
         return self._reservation(self._confirm(mine[-1], move))
+
+    def fail(self, key: str, owner: str) -> Reservation:
+        """The worker's task raised: the system's failure handler on the job it was given (``_fail``).
+
+        A worker that never held the key gets StaleAttempt; whether the system
+        lets this worker's job fail is the handler's to say (``IllegalMove``).
+        """
+        mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a job for that key")
+        return self._reservation(self._fail(mine[-1]))
 
     def confirm(self, key: str, owner: str) -> Reservation:
         return self.owner_move(key, owner, Move.CONFIRM)
