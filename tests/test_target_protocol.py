@@ -66,6 +66,24 @@ def test_a_ledger_without_held_is_refused_when_loaded(capsys):
     assert "\n" not in err and "without held" in err, err
 
 
+@pytest.mark.redis
+def test_a_target_ledger_that_states_no_failure_handler_gets_the_one_line_error(redis_url, monkeypatch):
+    """TargetLedger has no default _fail: a target without one stops at its first failure report with one line
+    naming the ledger and what to write, never a report that silently succeeded."""
+    from fence._plugins import load_storage, load_target
+    from fence.targets.protocol import TargetLedger
+    from fence.testing import check_target
+
+    row = load_target(f"{Path(__file__).resolve().parent / 'user_targets' / 'idempotency_records.py'}:ROW")
+    monkeypatch.setattr(load_storage(row).LEDGER, "_fail", TargetLedger._fail)
+    with pytest.raises(PluginBroken) as raised:
+        check_target(row, redis_url, profile="quick", explore=False)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith("ledger (RecordsLedger in idempotency_records.py): fail('job1', ")
+    assert "RecordsLedger states no failure handler: implement _fail(record)" in message
+
+
 # -- the helpers ----------------------------------------------------------------------------
 def test_only_if_it_moves_accepts_a_call_that_changed_the_state_and_refuses_one_that_did_not():
     """A system that refuses nothing: the call is made either way, and refused when it moved nothing."""
