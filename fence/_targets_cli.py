@@ -4,7 +4,9 @@ Prints a matrix like ``fence verdicts``, one row per target (``fence.targets.TAR
 each judged on the real system by both engines, the one observer and the seven
 invariants: the Hypothesis machines at the profile's configurations, then the
 exhaustive explorer at ``fence.targets.EXPLORER_BOUND``, combined per cell as
-``fence check`` combines them; with ``--profile deep``, then the explorer at 2
+``fence check`` combines them, every configuration and bound with workers that
+may fail (each target's ``fail`` runs its system's own failure handler, and a
+guarded row needs ``failure_after_effect`` reached like every other danger); with ``--profile deep``, then the explorer at 2
 units x 2 jobs x 2 attempts (``EXPLORER_DEEP_BOUND``) for at most
 ``--explorer-budget`` seconds a row, whose violations join the cells. Under it, per row: the model policy it claims,
 how it recovers, how time was moved; what the explorer did (states,
