@@ -7,7 +7,10 @@ the naive model (a restored message keeps its delivery tag, so a stale
 worker's ack acks the retry's delivery), the lockstep reports it. With
 fence.guard on the task and recover_expired instead of restore_visible, the
 machines find nothing within the stated bound and reach every danger, and the
-guard works in a task run by a real celery worker.
+guard works in a task run by a real celery worker. A worker's failure (``fail``)
+is what that worker does with an acks_late task that raised: the message is
+acked and gone (tests/test_targets_explorer_celery.py has what the explorer
+finds with failures on).
 
 Every test here needs Redis (the session's server, see conftest.py) and celery
 (the test extra): skipped without them locally, failed under CI.

@@ -253,3 +253,17 @@ def test_guarded_a_stale_workers_failure_acks_the_delivery_the_recovery_holds(gu
         "confirm_existing, settle_existing, settle_unused): it left the table")
     assert story[2:] == ["janitor 0 sees job1/r1 expired and holds it as outcome_unknown",
                          "job1#1 fails before its effect and reports it: job1/r1 is unused"]
+
+
+def test_guarded_with_failures_only_the_two_findings_break_and_every_danger_is_reached(guarded):
+    """celery+guard exhausted with failures on: invariants 4 and 6 violated (above), the other five proved, every danger reached."""
+    from fence._invariants import required_dangers
+
+    found = explore_target(TARGETS["celery+guard"], guarded, FAILING_BOUND, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS) and found.exhausted
+    broken = {"capacity_conserved", "everything_settles"}
+    assert {name: r.outcome for name, r in found.results.items()} == {
+        name: Outcome.VIOLATED if name in broken else Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["celery+guard"].policy, FAILING_BOUND))
+    assert found.reached["failure_after_effect"] > 0

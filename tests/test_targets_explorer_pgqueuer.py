@@ -191,3 +191,17 @@ def test_a_stale_workers_failure_moves_the_row_the_guarded_recovery_holds(guarde
         "confirm_existing, settle_existing, settle_unused): it left the table")
     assert story[1:3] == ["the clock advances 2 tick(s) to t=2; lease of job1/r1 has expired",
                           "janitor 0 sees job1/r1 expired and holds it as outcome_unknown"]
+
+
+@pytest.mark.slow
+def test_guarded_with_failures_only_the_stale_failure_breaks_and_every_danger_is_reached(guarded):
+    """pgqueuer+guard exhausted with failures on (about 16,000 states, minutes): invariant 4 alone violated, every danger reached."""
+    from fence._invariants import required_dangers
+
+    found = explore_target(TARGETS["pgqueuer+guard"], guarded, FAILING_BOUND, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS) and found.exhausted
+    assert {name: r.outcome for name, r in found.results.items()} == {
+        name: Outcome.VIOLATED if name == "capacity_conserved" else Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["pgqueuer+guard"].policy, FAILING_BOUND))
+    assert found.reached["failure_after_effect"] > 0

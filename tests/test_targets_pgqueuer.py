@@ -7,7 +7,10 @@ stale worker's log_jobs completes the row the re-pick is running, pgqueuer
 #430), the lockstep reports it. With fence.guard on the task and the re-pick
 made the recovery, the machines find nothing within the stated bound and
 reach every danger, and the guard works in a task run by pgqueuer's own
-QueueManager.
+QueueManager. A worker's failure (``fail``) is what that QueueManager logs when
+an entrypoint raises: as shipped the job is dropped, guarded it is parked for
+the recovery (tests/test_targets_explorer_pgqueuer.py has what the explorer
+finds with failures on).
 
 Every test here but the missing-library one needs PostgreSQL (the session's
 cluster, see conftest.py) and pgqueuer (the test extra): skipped without them
