@@ -99,7 +99,7 @@ from operator import itemgetter
 
 from fence import _transitions
 from fence._drain_judge import DrainJudge
-from fence._invariants import _Found
+from fence._invariants import StepJudge
 from fence._state_key import job_parts, state_key, up_to_janitors
 from fence._transitions import DETAIL, MemoMismatch, facts_of, relative_action
 from fence._world import (
@@ -205,9 +205,10 @@ class AbstractWalk:
         self.judge_drain = judge_drain
         self.symmetry = symmetry
         self.step_invariants = step_invariants
-        self.judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
+        self.judge_step = StepJudge(step_invariants)
         # _Memo.usable: every step invariant is judged on findings, or is the built-in invariant 3.
-        self.present_judged = self.judged_on_more[0].name if self.judged_on_more else None
+        judged_on_more = self.judge_step.judged_on_more
+        self.present_judged = judged_on_more[0].name if judged_on_more else None
         self.capacity = root.config.capacity
         self.jobs = root.jobs
         self.enabled: dict[tuple, tuple] = {}
@@ -485,11 +486,7 @@ class AbstractWalk:
         child_key = (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2])
         if checking and child_key != abstract_key:
             raise MemoMismatch(f"the memos' key after {action} differs from the model's")
-        if child.reached:
-            reached.update(child.reached)
-            child.reached.clear()
-        asked = self.step_invariants if child.observer.findings.by_invariant else self.judged_on_more
-        broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
+        broken = self.judge_step(child, known, reached)
         if child_key in visited:
             return action, None, child_key, broken
         if checking:  # before entry_of learns this World's readings: judge it as the memos would

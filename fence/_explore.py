@@ -149,7 +149,7 @@ from fence._counterexample import Counterexample
 from fence._counterexample import to_json as counterexample_json
 from fence._destination import Destination, Guards
 from fence._drain_judge import DrainJudge, drain_plainly
-from fence._invariants import BY_NAME, INVARIANTS, Invariant, _Found, required_dangers
+from fence._invariants import BY_NAME, INVARIANTS, Invariant, StepJudge, _Found, required_dangers
 from fence._ledger import Ledger, Move
 from fence._minimise import replay_actions
 from fence._policies import FENCE_POLICY_TYPES, JanitorPolicy
@@ -962,18 +962,12 @@ def _successors(world: World, symmetry: bool, step_invariants, known, reached: C
     ``explore_with_workers`` walk the graph through this. ``by_whole_state``:
     every enabled action, each child keyed by ``whole_state`` (no reduction).
     """
-    # An invariant judged on the observer's findings alone holds while the transition
-    # recorded none (a clone without history starts with none): only the others are asked.
-    judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
+    judge = StepJudge(step_invariants)
     actions = world.enabled_actions()
     for action in (actions if by_whole_state else up_to_janitors(world, actions)):
         child = world.clone(history=False)
         child.apply(action)
-        if child.reached:
-            reached.update(child.reached)
-            child.reached.clear()
-        asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
-        broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
+        broken = judge(child, known, reached)
         yield action, child, whole_state(child) if by_whole_state else state_key(child, symmetry), broken
 
 
@@ -1019,7 +1013,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
     """
 
     steps, ticks = memo.steps, memo.ticks
-    judged_on_more = [inv for inv in step_invariants if not isinstance(inv.check, _Found)]
+    judge = StepJudge(step_invariants)
     state_key(world, symmetry)  # fills the parts of world.job_memo
     jobs = world.jobs
     job_memo = world.job_memo
@@ -1094,11 +1088,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
             child_key = state_key(child, symmetry)
             if checking and child_key != key:
                 raise MemoMismatch(f"the step memo's key for {action} differs from the model's")
-        if child.reached:
-            reached.update(child.reached)
-            child.reached.clear()
-        asked = step_invariants if child.observer.findings.by_invariant else judged_on_more
-        broken = [inv.name for inv in asked if inv.name not in known and inv.check(child)]
+        broken = judge(child, known, reached)
         yield action, child, child_key, broken
 
 

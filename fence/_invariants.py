@@ -156,6 +156,30 @@ FAILURE_DANGERS: tuple[Danger, ...] = (
 """Dangers of the worker's failure path, required only where failures are modelled (``ModelConfig.failures``)."""
 
 
+class StepJudge:
+    """What one transition did, read off the child World it made: the dangers it reached, the invariants it broke.
+
+    Every walk that steps a World (``fence._explore``'s successors, the memo
+    walk's real steps in ``fence._abstract``) judges its child here, so a new
+    state is judged one way. The child is a clone without history, so what it
+    recorded is what the transition alone did. An invariant judged on the
+    observer's findings alone (``_Found``) holds while the transition recorded
+    none: only the others are asked then.
+    """
+
+    def __init__(self, step_invariants) -> None:
+        self.step_invariants = list(step_invariants)
+        self.judged_on_more = [inv for inv in self.step_invariants if not isinstance(inv.check, _Found)]
+
+    def __call__(self, child: World, known, reached) -> list[str]:
+        """Add the child's dangers to ``reached`` (a Counter) and return the invariants not in ``known`` it broke."""
+        if child.reached:
+            reached.update(child.reached)
+            child.reached.clear()
+        asked = self.step_invariants if child.observer.findings.by_invariant else self.judged_on_more
+        return [inv.name for inv in asked if inv.name not in known and inv.check(child)]
+
+
 def required_dangers(policy: JanitorPolicy, config=None) -> list[Danger]:
     """The dangerous situations a run must reach before ``policy`` may be called safe.
 

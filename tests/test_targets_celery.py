@@ -7,7 +7,10 @@ the naive model (a restored message keeps its delivery tag, so a stale
 worker's ack acks the retry's delivery), the lockstep reports it. With
 fence.guard on the task and recover_expired instead of restore_visible, the
 machines find nothing within the stated bound and reach every danger, and the
-guard works in a task run by a real celery worker.
+guard works in a task run by a real celery worker. A worker's failure (``fail``)
+is what that worker does with an acks_late task that raised: the message is
+acked and gone (tests/test_targets_explorer_celery.py has what the explorer
+finds with failures on).
 
 Every test here needs Redis (the session's server, see conftest.py) and celery
 (the test extra): skipped without them locally, failed under CI.
@@ -34,7 +37,9 @@ from fence._machines import InvariantViolation, machine_for
 from fence._minimise import replay_actions
 from fence._policies import POLICIES, Decision
 from fence._verdicts import Verdict, profile_settings
-from fence._world import Confirm, Deliver, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World
+from fence._world import (
+    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
+)
 from fence.targets import TARGETS, judge_target
 
 pytestmark = pytest.mark.redis
@@ -237,6 +242,71 @@ def test_the_guard_in_a_task_run_by_a_real_celery_worker(redis_url, celery_modul
     finally:
         client.close()
         guard.close()
+
+
+# -- the worker's failure path: what celery's worker does with an acks_late task that raised ------
+ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
+
+
+def test_as_shipped_a_failed_task_is_acked_and_never_run_again(shipped, celery_module):
+    """celery acks a failed acks_late task (task_acks_on_failure_or_timeout): gone, where the model holds it for the janitor."""
+    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, NAIVE, ONE_FAILING),
+                                    World(NAIVE, ONE_FAILING), same_story=without_refusal_reasons)
+    assert difference is not None and difference.what == "fail: the step's story"
+    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    client = shipped.session.client
+    assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0  # not requeued either
+    broken = replay_actions(NAIVE, ONE_FAILING, [Reserve("job1"), Fail("job1#1")], BY_NAME["everything_settles"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None
+    assert broken.message == "job1/r1 stayed outcome_unknown after the drain, though no attempt was left running"
+
+
+def test_without_acks_on_failure_the_failed_task_is_rejected_and_gone_all_the_same(guarded, celery_module):
+    """task_acks_on_failure_or_timeout=False: celery rejects without requeueing; kombu removes the tag just as an ack does."""
+    guarded.session.app.conf.task_acks_on_failure_or_timeout = False
+    world = _on(guarded, POLICIES["abandon-fenced"], ONE_FAILING)
+    world.apply(Reserve("job1"))
+    tag, _ = world.ledger.delivery_of("job1/r1")
+    assert world.apply(Fail("job1#1")).sentence == "job1#1 fails before its effect and reports it: job1/r1 is unused"
+    client = guarded.session.client
+    assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0
+    assert world.ledger._messages["job1/r1"].message._state == "REJECTED" and tag not in world.ledger._unacked()
+
+
+def test_the_adapters_failure_is_what_a_real_celery_worker_does(redis_url, celery_module):
+    """A real celery worker runs an acks_late task that raises: the message leaves unacked and its queue, as fail() leaves it."""
+    import celery
+    import redis
+    from celery.contrib.testing.worker import start_worker
+    from celery.signals import task_failure
+
+    targets = celery_module
+    app = celery.Celery("fence_failure_test", broker=redis_url, set_as_current=False)
+    app.conf.update(task_acks_late=True, broker_transport_options={"visibility_timeout": targets.NEVER_WITHIN_A_RUN})
+    failed = threading.Event()
+
+    @app.task(name="raises", acks_late=True, shared=False)
+    def raises(key: str) -> None:
+        raise RuntimeError("the task failed")
+
+    def heard(sender=None, **_) -> None:
+        if getattr(sender, "name", None) == "raises":
+            failed.set()
+
+    task_failure.connect(heard, weak=False)
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    try:
+        raises.apply_async(args=["t1"], queue="tickets")
+        with start_worker(app, pool="solo", perform_ping_check=False, queues=["tickets"], shutdown_timeout=30):
+            assert failed.wait(timeout=60), "the worker never ran the task"
+        assert app.conf.task_acks_on_failure_or_timeout  # celery's default, as in both rows
+        assert client.hlen(targets.UNACKED) == 0 and client.zcard(targets.UNACKED_INDEX) == 0
+        assert client.llen("tickets") == 0
+    finally:
+        task_failure.disconnect(heard)
+        client.close()
 
 
 # -- the extra, the server, the command line ---------------------------------------------------

@@ -8,7 +8,9 @@ its FaithfulnessCheck replays paths from scratch on emptied tables. Here: the
 shipped stale re-pick is violated and the explorer's counterexample replays on
 a fresh database; the guarded recovery is proved within ``EXPLORER_BOUND``
 with every danger reached (slow: about 25 s); and a restore or a snapshot that
-forgets something is caught.
+forgets something is caught. With the worker's failure path (``failures=True``):
+pgqueuer's failure, keyed by the job id alone, breaks both rows, and each
+shortest counterexample replays on a fresh database.
 
 Every test needs PostgreSQL and pgqueuer (see tests/test_targets_pgqueuer.py).
 """
@@ -16,13 +18,19 @@ Every test needs PostgreSQL and pgqueuer (see tests/test_targets_pgqueuer.py).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
 from fence._errors import IllegalMove
 from fence._explore import Outcome
-from fence.targets import TARGETS, explore_target
+from fence._invariants import BY_NAME
+from fence._minimise import replay_actions
+from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
+
+FAILING_BOUND = replace(EXPLORER_BOUND, failures=True)
+"""The explorer's bound with the worker's failure path: a worker may raise and report it (``fail``)."""
 
 pytestmark = pytest.mark.postgres
 
@@ -134,3 +142,66 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, pgqueu
     assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
     assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
     assert found.outcome() is not Outcome.PROVED
+
+
+# -- the worker's failure path: pgqueuer's log_failure, keyed by the job id alone ---------------
+def _shortest_failure_finding_replays(row: str, storage, url: str, invariant: str, message: str) -> list[str]:
+    """The explorer's shortest violation of ``invariant`` with failures on, ending in a fail, replayed on a fresh database."""
+    target = TARGETS[row]
+    judged = BY_NAME[invariant]
+    found = explore_target(target, storage, FAILING_BOUND, invariants=(judged,), stop_when_all_violated=True,
+                           faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks > 0
+    result = found.results[invariant]
+    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == message
+    chosen = [step.action for step in result.counterexample.steps if not step.drain]
+    assert chosen[-1].kind == "fail"
+    fresh = target.open(url)
+    try:
+        replayed = replay_actions(target.policy, FAILING_BOUND, chosen, judged,
+                                  fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
+    assert replayed is not None and replayed.message == message
+    return [step.sentence for step in replayed.world.trace]
+
+
+def test_a_stale_workers_failure_deletes_the_retrys_row_as_shipped(shipped, postgres_url):
+    """The issue's class on pgqueuer: the first worker's failure (log_jobs exception) deletes the row its retry runs."""
+    story = _shortest_failure_finding_replays(
+        "pgqueuer", shipped, postgres_url, "stale_attempt_cannot_change_newer",
+        "job1#1's fail changed job1/r2, which belongs to job1#2")
+    assert [sentence.split(" ")[0] for sentence in story] == ["a", "the", "janitor", "job1", "job1#1"]
+    assert story[-1] == "job1#1 fails before its effect and reports it: job1/r2 is unused"
+
+
+def test_a_stale_workers_failure_moves_the_row_the_guarded_recovery_holds(guarded, postgres_url):
+    """A finding about pgqueuer+guard: a stale failure (log_jobs failed) parks the row the recovery re-picked.
+
+    pgqueuer's log_jobs checks the job id alone, so the first worker's failure,
+    after the recovery's re-pick took its row, sets that row 'failed' with no
+    queue manager: a move the model's table forbids (the lease is the
+    janitor's now), which invariant 4 reports. The recovery still settles the
+    row by its id, but a parked row is also pgqueuer's to requeue_jobs, while
+    the recovery holds it.
+    """
+    story = _shortest_failure_finding_replays(
+        "pgqueuer+guard", guarded, postgres_url, "capacity_conserved",
+        "job1#1: the ledger accepted fail on job1/r1, which was outcome_unknown (the table allows confirm, "
+        "confirm_existing, settle_existing, settle_unused): it left the table")
+    assert story[1:3] == ["the clock advances 2 tick(s) to t=2; lease of job1/r1 has expired",
+                          "janitor 0 sees job1/r1 expired and holds it as outcome_unknown"]
+
+
+@pytest.mark.slow
+def test_guarded_with_failures_only_the_stale_failure_breaks_and_every_danger_is_reached(guarded):
+    """pgqueuer+guard exhausted with failures on (about 16,000 states, minutes): invariant 4 alone violated, every danger reached."""
+    from fence._invariants import required_dangers
+
+    found = explore_target(TARGETS["pgqueuer+guard"], guarded, FAILING_BOUND, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS) and found.exhausted
+    assert {name: r.outcome for name, r in found.results.items()} == {
+        name: Outcome.VIOLATED if name == "capacity_conserved" else Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == []
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["pgqueuer+guard"].policy, FAILING_BOUND))
+    assert found.reached["failure_after_effect"] > 0

@@ -7,7 +7,10 @@ stale worker's log_jobs completes the row the re-pick is running, pgqueuer
 #430), the lockstep reports it. With fence.guard on the task and the re-pick
 made the recovery, the machines find nothing within the stated bound and
 reach every danger, and the guard works in a task run by pgqueuer's own
-QueueManager.
+QueueManager. A worker's failure (``fail``) is what that QueueManager logs when
+an entrypoint raises: as shipped the job is dropped, guarded it is parked for
+the recovery (tests/test_targets_explorer_pgqueuer.py has what the explorer
+finds with failures on).
 
 Every test here but the missing-library one needs PostgreSQL (the session's
 cluster, see conftest.py) and pgqueuer (the test extra): skipped without them
@@ -35,9 +38,11 @@ from fence._invariants import BY_NAME, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._machines import InvariantViolation, machine_for
 from fence._minimise import replay_actions
-from fence._policies import POLICIES
+from fence._policies import POLICIES, Decision
 from fence._verdicts import Verdict, profile_settings
-from fence._world import Confirm, Deliver, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World
+from fence._world import (
+    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
+)
 from fence.targets import TARGETS, judge_target
 
 PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
@@ -245,6 +250,104 @@ def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pg
         assert [(e.key, e.attempt_id) for e in effects] == [("t1", f"t1@{stale_job.id + 1}.1")]
     finally:
         guard.close()
+
+
+# -- the worker's failure path: what pgqueuer's queue manager logs when an entrypoint raises -----
+ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
+FAILURE_AFTER_EFFECT = [
+    Reserve("job1"), Start("job1#1"), SendCommit("job1#1"), Deliver("commit", "job1#1"), Fail("job1#1"),
+    Probe(0, "job1/r1"), Settle(0, "job1/r1"),
+]
+
+
+@pytest.mark.postgres
+def test_guarded_a_failed_job_is_parked_and_the_recovery_settles_it_like_the_model(guarded):
+    """Guarded (on_failure='hold'): the owner's failure parks its row as 'failed'; the recovery settles it, in lockstep."""
+    policy = POLICIES["abandon-fenced"]
+    world, mirror = _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING)
+    assert replay_in_lockstep(FAILURE_AFTER_EFFECT[:5], world, mirror, same_story=without_refusal_reasons) is None
+    assert world.trace[-1].sentence == "job1#1 fails after its effect landed and reports it: job1/r1 is outcome_unknown"
+    job = world.ledger._picks["job1/r1"].job
+    (parked,) = guarded.session.run(guarded.session.queries.list_failed_jobs())
+    assert parked.id == job.id and parked.queue_manager_id is None and world.reached["failure_after_effect"] == 1
+    # The janitor finds the effect: the recovery's log_jobs(successful) ends the parked row, as the model settles it.
+    assert replay_in_lockstep(FAILURE_AFTER_EFFECT[5:], world, mirror, same_story=without_refusal_reasons) is None
+    assert world.ledger.get("job1/r1").state.value == "confirmed_existing"
+    assert guarded.session.run(guarded.session.queries.job_status([job.id])) == [(job.id, "successful")]
+
+
+@pytest.mark.postgres
+def test_as_shipped_a_failed_job_is_deleted_and_never_run_again(shipped):
+    """pgqueuer's default on_failure='delete': the row goes with 'exception', where the model holds it for the janitor."""
+    naive = POLICIES["naive"]
+    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, naive, ONE_FAILING),
+                                    World(naive, ONE_FAILING), same_story=without_refusal_reasons)
+    assert difference is not None and difference.what == "fail: the step's story"
+    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    # The observer, on fence's facts: nothing ever settles the failed job, and it never has its effect.
+    broken = replay_actions(naive, ONE_FAILING, [Reserve("job1"), Fail("job1#1")], BY_NAME["everything_settles"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None
+    assert broken.message == "job1/r1 stayed outcome_unknown after the drain, though no attempt was left running"
+
+
+@pytest.mark.postgres
+def test_the_adapters_failure_is_what_pgqueuers_own_queue_manager_logs(postgres_url, pgqueuer_module):
+    """A real QueueManager runs two raising entrypoints: 'delete' logs exception and drops the row, 'hold' parks it.
+
+    The same statuses and rows as the adapter's fail_job; and recover_failed, as
+    a user runs it, abandons the parked job's attempt and enqueues a fresh row.
+    """
+    import psycopg
+    from pgqueuer import QueueManager, Queries
+    from pgqueuer.domain.types import QueueExecutionMode
+
+    from fence.guard import Guard
+
+    targets = pgqueuer_module
+    guard = Guard.open(postgres_url, namespace="fence_guard_test_pgqueuer_failure")
+    guard.destination.store.reset()
+
+    async def story():
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as connection:
+            queries = Queries.from_psycopg_connection(connection)
+            await targets.ensure_schema(queries)
+            names = queries.qbe.settings.qualified
+            await queries.driver.execute(f"TRUNCATE {names.queue_table}, {names.queue_table_log} RESTART IDENTITY")
+            dropped = await targets.enqueue_keyed(queries, "dropped", b"x", "t1")
+            parked = await targets.enqueue_keyed(queries, "parked", b"x", "t2")
+            async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as worker_connection:
+                manager = QueueManager(Queries.from_psycopg_connection(worker_connection))
+
+                @manager.entrypoint("dropped")
+                async def raises_and_is_dropped(job) -> None:
+                    raise RuntimeError("the task failed")
+
+                @manager.entrypoint("parked", on_failure=targets.ON_FAILURE[True])
+                async def raises_and_is_parked(job) -> None:
+                    guard.attempt("t2", targets.attempt_id(job, 1)).__enter__()  # started, never committed
+                    raise RuntimeError("the task failed")
+
+                await manager.run(mode=QueueExecutionMode.drain, heartbeat_timeout=timedelta(seconds=30),
+                                  dequeue_timeout=timedelta(seconds=0.1), batch_size=1,
+                                  log_aggregation_interval=timedelta(0))
+            after_manager = ({j.id: j.status for j in await queries.browse_queue()},
+                             {i: await targets.log_statuses(queries, i) for i in (dropped, parked)})
+            settled = await targets.recover_failed(queries, guard)
+            after_recovery = ({j.id: (j.entrypoint, j.status) for j in await queries.browse_queue()},
+                              await targets.log_statuses(queries, parked))
+            return dropped, parked, after_manager, settled, after_recovery
+
+    try:
+        dropped, parked, after_manager, settled, after_recovery = asyncio.run(story())
+    finally:
+        guard.close()
+    rows, logged = after_manager
+    assert targets.ON_FAILURE[False] == "delete"  # pgqueuer's default: the shipped row's entrypoints
+    assert rows == {parked: "failed"}
+    assert logged == {dropped: ["queued", "picked", "exception"], parked: ["queued", "picked", "failed"]}
+    assert settled == [(parked, Decision.UNUSED)]
+    assert after_recovery == ({parked + 1: ("parked", "queued")}, ["queued", "picked", "failed", "exception"])
 
 
 # -- a missing library, and the command line ----------------------------------------------

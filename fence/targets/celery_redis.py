@@ -66,6 +66,17 @@ a user runs it (a periodic task or a loop beside the workers)::
     app.conf.broker_transport_options = {"visibility_timeout": 10 * LEASE}  # kombu never restores first
     recover_expired(app, guard, lease_seconds=LEASE)  # every few seconds
 
+A worker whose task **fails** (``fail``) makes the call celery's worker makes for
+an ``acks_late`` task that raised (``Request.on_failure``): with
+``task_acks_on_failure_or_timeout`` (celery's default, both rows) it acks the
+message (``Message.ack``), else it rejects it without requeueing
+(``Message.reject(requeue=False)``); either way kombu removes the tag from
+``unacked``, the message is gone and the task never runs again (``unused``).
+Like an ack, a failure whose tag is no longer unacked removed nothing and is
+refused; one whose tag a newer delivery holds removes that delivery's entry.
+The guarded recovery cannot see a failed task (it reads ``unacked``): celery
+gives it nothing to hold.
+
 Reservation states are read back from Redis (which tags ``unacked`` holds)
 and the deliveries fence made: a delivery whose tag is unacked is
 ``reserved`` (``outcome_unknown`` once the guarded recovery took it); an acked
@@ -110,8 +121,8 @@ from fence._policies import Decision
 from fence.guard import Guard
 from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
-    TargetStorage, only_if_it_moves,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, StaleAttempt,
+    TargetLedger, TargetStorage, only_if_it_moves,
 )
 
 TIME = ModelTime(tick_seconds=600.0)
@@ -360,9 +371,9 @@ class CeleryLedger(TargetLedger):
         if delivery.tag in self._unacked():
             return S.OUTCOME_UNKNOWN if delivery.reservation_id in self._held else S.RESERVED
         removed_from, move = self._acked.get(delivery.tag, (None, None))
-        if removed_from == delivery.reservation_id and move is not Move.SETTLE_UNUSED:
+        if removed_from == delivery.reservation_id and move not in (Move.SETTLE_UNUSED, Move.FAIL):
             return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
-        return S.UNUSED  # restored to its queue, or rejected
+        return S.UNUSED  # restored to its queue, rejected, or acked on its task's failure
 
     def _records(self) -> dict[str, _Delivery]:
         return self._deliveries
@@ -467,6 +478,27 @@ class CeleryLedger(TargetLedger):
         """The worker's ack after the body ran (Message.ack, basic_ack), as celery's worker with acks_late makes it."""
         self._removing(delivery.tag, move, self._messages[delivery.reservation_id].message.ack, f"ack of {delivery.reservation_id}")
         return self._latest(delivery.tag)
+
+    def fail(self, key: str, owner: str) -> Reservation:
+        """The worker's task raised: celery's acks_late failure path on the message it took.
+
+        ``Message.ack()`` when the app's ``task_acks_on_failure_or_timeout`` is on
+        (celery's default), else ``Message.reject(requeue=False)``: what
+        ``Request.on_failure`` makes. kombu checks nothing but the tag: a worker
+        never given a message for the key gets StaleAttempt (fence's own record),
+        and one whose tag is no longer unacked is refused because nothing moved.
+        """
+        mine = [d for d in self._deliveries.values() if d.key == key and d.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a message for that key")
+        delivery = mine[-1]
+        message = self._messages[delivery.reservation_id].message
+        if self._session.app.conf.task_acks_on_failure_or_timeout:
+            call, what = message.ack, "ack on failure"
+        else:
+            call, what = (lambda: message.reject(requeue=False)), "reject(requeue=False) on failure"
+        self._removing(delivery.tag, Move.FAIL, call, f"{what} of {delivery.reservation_id}")
+        return self._reservation(self._latest(delivery.tag))
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move, made with kombu's calls on the reservation's delivery tag."""

@@ -64,6 +64,18 @@ the explorer's restores: the ledger is restorable (``fence.targets.protocol``), 
 (heartbeats as ticks), its ``snapshot()`` that image with each queue manager
 named by rank.
 
+A worker whose task **fails** (``fail``) makes the call pgqueuer's queue manager
+makes when an entrypoint raises (``QueueManager.log_failure``): ``log_jobs([(job,
+status, traceback)])`` on the job it was given, keyed by the job id alone. As
+shipped the entrypoint has pgqueuer's default ``on_failure="delete"``: status
+``exception``, the row is deleted and the job never runs again (``unused``).
+Guarded, the entrypoint is registered with ``on_failure="hold"``: status
+``failed``, the row is parked in the queue with no queue manager
+(``outcome_unknown``) until the recovery settles it as it settles a stale
+re-pick (``recover_failed``: abandon unless committed, then ``log_jobs``
+``successful``, or ``exception`` and a fresh row). Like a completion, a failure
+that meets no row changes nothing and is refused.
+
 A refusal (a dequeue that takes nothing, an enqueue pgqueuer rejects as a
 duplicate, a ``log_jobs`` that found no row) is raised as fence's
 ``IllegalMove``, in pgqueuer's words where it has any; the world records it as
@@ -89,8 +101,8 @@ from fence._policies import Decision
 from fence.guard import Guard, GuardedAttempt
 from fence.targets.images import PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
-    TargetStorage, refused_unless,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, StaleAttempt,
+    TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -188,6 +200,46 @@ async def settle_unused(queries: Queries, job: Job) -> int:
     )
     await complete(queries, job, "exception", record)
     return await enqueue_keyed(queries, job.entrypoint, job.payload, key_of(job))
+
+
+ON_FAILURE = {False: "delete", True: "hold"}
+"""The entrypoint's ``on_failure`` per row: pgqueuer's default as shipped; guarded, a failed job is parked for the recovery."""
+
+
+async def fail_job(queries: Queries, job: Job, on_failure: str) -> None:
+    """What pgqueuer's queue manager logs when the entrypoint raised (``log_failure``), as it flushes it.
+
+    ``log_jobs`` with status ``failed`` (``on_failure="hold"``: the row stays, parked)
+    or ``exception`` (``"delete"``: the row goes), keyed by the job id alone;
+    IllegalMove if no row had that id. The traceback is a fixed one (pgqueuer's
+    carries a timestamp and the raising frames, which decide nothing here).
+    """
+    record = TracebackRecord(
+        job_id=job.id, timestamp=datetime.now(timezone.utc), exception_type="TaskFailed",
+        exception_message="the entrypoint raised", traceback="", additional_context=None,
+    )
+    await complete(queries, job, "failed" if on_failure == "hold" else "exception", record)
+
+
+async def recover_failed(queries: Queries, guard: Guard, limit: int = 100) -> list[tuple[int, Decision]]:
+    """The guarded recovery of failed jobs (entrypoints registered with ``on_failure="hold"``), as a user runs it.
+
+    For each row pgqueuer parked as ``failed`` (``list_failed_jobs``): abandon
+    every pick's attempt unless one committed, then settle it as a stale
+    re-pick is settled (``log_jobs`` successful, or exception and a fresh row).
+    Returns [(job id, Decision)].
+    """
+    settled = []
+    for job in await queries.list_failed_jobs(limit=limit):
+        decision = Decision.UNUSED
+        for pick in range(1, await picks_of(queries, job) + 1):
+            decision = guard.recover(key_of(job), attempt_id(job, pick))
+        if decision is Decision.EXISTING:
+            await settle_existing(queries, job)
+        else:
+            await settle_unused(queries, job)
+        settled.append((job.id, decision))
+    return settled
 
 
 async def recover_repick(queries: Queries, guard: Guard, job: Job, pick: int) -> Decision:
@@ -355,12 +407,14 @@ class PgqueuerLedger(TargetLedger):
             if self._last_logged(pick.job.id) != "successful":
                 return S.UNUSED  # logged exception (abandoned by the guarded recovery)
             return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_MOVES else S.CONFIRMED
+        if row.status == "failed":
+            return S.OUTCOME_UNKNOWN  # parked by its worker's failure (on_failure="hold"), for the recovery
         if row.status == "picked":
             if row.queue_manager_id == pick.queue_manager:
                 return S.RESERVED
             # Another queue manager's stale re-pick took the row: the recovery holding it, or a retry's run.
             return S.OUTCOME_UNKNOWN if self.guarded else S.UNUSED
-        return S.UNUSED  # queued or failed: not this pick's any more
+        return S.UNUSED  # queued again: not this pick's any more
 
     def _records(self) -> dict[str, _Pick]:
         return self._picks
@@ -443,6 +497,27 @@ class PgqueuerLedger(TargetLedger):
         self._finished_by[pick.job.id] = move
         return self._latest_pick(pick.job.id)
 
+    def fail(self, key: str, owner: str) -> Reservation:
+        """The worker's task raised: pgqueuer's log_failure on the job it was given (``fail_job``).
+
+        pgqueuer checks nothing but the job id: a worker never given a job for
+        the key gets StaleAttempt (fence's own record), and one whose row is gone
+        is refused because nothing moved; any other report is pgqueuer's to take.
+        """
+        mine = [p for p in self._picks.values() if p.key == key and p.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a job for that key")
+        pick = mine[-1]
+        self._run(fail_job(self._queries, pick.job, ON_FAILURE[self.guarded]))
+        return self._reservation(self._latest_pick(pick.job.id))
+
+    def _parked(self, pick: _Pick) -> Job | None:
+        """The pick's row, if its worker's failure parked it (``failed``) and no newer pick took it."""
+        row = self._jobs().get(pick.job.id)
+        if row is None or row.status != "failed" or self._latest_pick(row.id) is not pick:
+            return None
+        return row
+
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move: the stale re-pick (expiry), or the guarded recovery's log_jobs (settles)."""
         pick = self._picks[reservation_id]
@@ -460,9 +535,10 @@ class PgqueuerLedger(TargetLedger):
             self._repicks[reservation_id] = picked
         elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
             held = self._repicks.get(reservation_id) if self.guarded else None
-            if held is None:
-                raise IllegalMove(f"{move.value} on {reservation_id}: no recovery re-picked its job")
-            job = held[0]
+            job = held[0] if held is not None else self._parked(pick) if self.guarded else None
+            if job is None:
+                raise IllegalMove(f"{move.value} on {reservation_id}: no recovery re-picked its job, "
+                                  "and no failure parked it")
             if move is Move.SETTLE_EXISTING:
                 self._run(settle_existing(self._queries, job))
                 self._finished_by[job.id] = move
@@ -545,7 +621,7 @@ class PgqueuerStorage(TargetStorage):
 
 
 __all__ = [
-    "KEY_HEADER", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
-    "enqueue_keyed", "ensure_schema", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
-    "recover_repick", "settle_existing", "settle_unused",
+    "KEY_HEADER", "ON_FAILURE", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
+    "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
+    "recover_failed", "recover_repick", "settle_existing", "settle_unused",
 ]
