@@ -357,16 +357,16 @@ def _config_of(found, difference) -> ModelConfig:
 def _render(found, args, examples: int, configs, seconds: float) -> str:
     from fence._checking import table
 
-    from fence.targets import EXPLORER_BOUND, EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET
+    from fence.targets import EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, TARGET_BOUND
 
     reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
     versions = {name: value for _, _, v in found for name, value in v.items()}
-    lines = [table(reports, bound=EXPLORER_BOUND), ""]
+    lines = [table(reports, bound=TARGET_BOUND), ""]
     lines.append(
         f"Profile {args.profile}: {examples} Hypothesis examples per configuration "
         f"({'; '.join(c.describe() for c in configs)}), derandomised; then the explorer at "
-        f"{EXPLORER_BOUND.describe()}, horizon {EXPLORER_BOUND.horizon}, on the same database"
-        + "".join(f"; then at {bound.describe()}, horizon {bound.horizon}, for at most "
+        f"{TARGET_BOUND.describe()}, horizon {TARGET_BOUND.horizon}, on the same database"
+        + "".join(f"; then at {replace(bound, failures=True).describe()}, horizon {bound.horizon}, for at most "
                   f"{args.explorer_budget or EXPLORER_DEEP_BUDGET:.0f} s a row"
                   for bound in EXPLORER_BOUNDS[args.profile][1:])
         + f"; {seconds:.0f} s. "

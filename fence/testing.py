@@ -87,7 +87,7 @@ class Checked:
     row: str | None = None
     """For a target: its row, which names its files (``ROW__POLICY__INVARIANT.json``) and its failures."""
     bound: ModelConfig | None = None
-    """For a target: the explorer's bound its legend names (``fence.targets.EXPLORER_BOUND``)."""
+    """For a target: the explorer's bound its legend names (``fence.targets.TARGET_BOUND``)."""
     replay_options: str = ""
     """For a target: what ``fence replay`` needs besides the file (``--postgres URL`` for a server you gave)."""
     assumption_violated: str | None = None
@@ -296,8 +296,8 @@ def check_target(
 
     The machines at the profile's configurations, then, for a target whose
     storage can be restored (``Target.explorable``) and unless ``explore`` is
-    False, the explorer at ``fence.targets.EXPLORER_BOUND`` (the bound the
-    legend names): a guarded row can then be ``assert_proved`` within that
+    False, the explorer at ``fence.targets.TARGET_BOUND`` (``EXPLORER_BOUND`` with
+    workers that may fail, as every configuration here: the bound the legend names): a guarded row can then be ``assert_proved`` within that
     bound; by the machines alone it is ``assert_not_found`` at best
     (``profile="deep"`` walks 2 units x 2 jobs x 2 attempts after it, for
     ``fence.targets.EXPLORER_DEEP_BUDGET`` seconds: what it finds is found, and
@@ -309,7 +309,7 @@ def check_target(
     from fence._targets_cli import PROFILES as TARGET_PROFILES
     from fence._targets_cli import servers, write_target_counterexamples
     from fence._verdicts import profile_settings
-    from fence.targets import EXPLORER_BOUND, EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, judge_target
+    from fence.targets import EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, TARGET_BOUND, judge_target
 
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
@@ -327,7 +327,7 @@ def check_target(
     option = {"postgres": " --postgres", "redis": " --redis"}.get(chosen.server, " --postgres")
     return Checked(found.report, directory, written, found.lockstep_findings,
                    not_replayable_because=unimportable and f"the target ({unimportable})", row=chosen.row,
-                   bound=EXPLORER_BOUND, replay_options=f"{option} {url}" if url is not None else "",
+                   bound=TARGET_BOUND, replay_options=f"{option} {url}" if url is not None else "",
                    assumption_violated=found.assumption_violated)
 
 

@@ -41,8 +41,8 @@ def shipped_duplicate_replays(row: str, shipped, url: str) -> None:
 
 
 def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bound=EXPLORER_BOUND) -> None:
-    """Every interleaving within ``bound`` (EXPLORER_BOUND: workers that may fail): nothing broken, every danger
-    reached (the failure path's too, where failures are on), copies faithful."""
+    """Every interleaving within ``bound`` (EXPLORER_BOUND: workers that never fail): nothing broken, every danger
+    reached (the failure path's too, where the bound has failures), copies faithful."""
     found = explore_target(TARGETS[row], guarded, bound, faithfulness=FAITHFULNESS)
     assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
     assert found.exhausted and found.states > 100 and found.transitions > found.states

@@ -247,14 +247,15 @@ TARGETS: dict[str, Target] = {
 }
 
 
-EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2, failures=True)
+EXPLORER_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
 """The bound the explorer exhausts on a target: 1 unit x 1 job x 2 attempts, lease 2, horizon 2,
-2 janitors, workers that may fail (the system's failure handler runs: ``fail``). The smallest at which the model reaches every danger the guarded policy must face
+2 janitors; ``judge_target`` (so ``fence targets`` and ``check_target``) walks it with workers
+that may fail (``TARGET_BOUND``), ``explore_target`` as given. The smallest at which the model reaches every danger the guarded policy must face
 (a retry and a revised retry need two attempts; a commit after expiry needs the clock to reach
-the lease), at the lease the machines use. About 1,700 states and 8,700 transitions on
-procrastinate with fence.guard (1,200 and 5,000 with workers that never fail), each a few calls on
-the real database."""
-EXPLORER_DEEP_BOUND = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2, failures=True)
+the lease), at the lease the machines use. About 1,200 states and 5,000 transitions on
+procrastinate with fence.guard, 1,700 and 8,700 with workers that may fail (``TARGET_BOUND``),
+each a few calls on the real database."""
+EXPLORER_DEEP_BOUND = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
 """The second bound of ``fence targets --profile deep``: 2 units x 2 jobs x 2 attempts, lease 2,
 horizon 2, walked after ``EXPLORER_BOUND`` for at most ``EXPLORER_DEEP_BUDGET`` seconds a row.
 Two jobs share the server there (two rows, two workers' heartbeats, two messages' delivery
@@ -262,6 +263,8 @@ times), which one job never shows. No row is exhausted within the budget today: 
 states are keyed by ``generic_state_key``, much finer than fence's own key, and each costs
 calls on the server. The walk then proves nothing, but what it finds is found (a violation is
 replayed from scratch), and its FaithfulnessCheck checks every depth it finishes."""
+TARGET_BOUND = replace(EXPLORER_BOUND, failures=True)
+"""``EXPLORER_BOUND`` with workers that may fail: what every target row is proved within (its legend's bound)."""
 EXPLORER_DEEP_BUDGET = 1800.0
 """Seconds the walk at ``EXPLORER_DEEP_BOUND`` may take per row (``fence targets --explorer-budget``)."""
 EXPLORER_BOUNDS = {
@@ -493,6 +496,7 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
 
 __all__ = [
     "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "ModelTime", "PostgresTables", "RedisDatabase", "RedisImage",
-    "RedisSession", "SchemaImage", "Target", "TargetLedger", "TargetReport", "TargetStorage", "explore_target",
+    "RedisSession", "SchemaImage", "TARGET_BOUND", "Target", "TargetLedger", "TargetReport", "TargetStorage",
+    "explore_target",
     "judge_target", "only_if_it_moves", "refused_unless", "with_failures",
 ]
