@@ -172,7 +172,7 @@ def cmd_targets(args) -> int:
                 report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps),
                                       faithfulness=EXPLORER_FAITHFULNESS[args.profile],
                                       deeper=EXPLORER_BOUNDS[args.profile][1:],
-                                      deeper_budget=args.explorer_budget or EXPLORER_DEEP_BUDGET)
+                                      deeper_budget=args.explorer_budget or EXPLORER_DEEP_BUDGET, failures=True)
                 replays = _replay_findings(target, url, report)
                 versions = _versions(target, url)
             except BaseException:

@@ -320,7 +320,8 @@ def check_target(
     with servers({} if url is None else {chosen.server: url}) as url_of:
         found = judge_target(chosen, url if url is not None else url_of(chosen.server)[0], configs=configs,
                              run_settings=profile_settings(examples, steps), explore=explore,
-                             faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:])
+                             faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:],
+                             failures=True)
     directory = _directory(out)
     written = write_target_counterexamples(found.report, chosen, spec, directory)
     unimportable = spec.removeprefix(UNIMPORTABLE) if spec and spec.startswith(UNIMPORTABLE) else ""

@@ -332,14 +332,15 @@ def judge_target(
     explorer_budget: float | None = None,
     deeper: Iterable[ModelConfig] = (),
     deeper_budget: float | None = EXPLORER_DEEP_BUDGET,
-    failures: bool = True,
+    failures: bool = False,
 ) -> TargetReport:
     """Both engines on the real system: the machines with the model of its policy in lockstep, then the explorer.
 
-    Every configuration and bound is walked with workers that may fail
+    ``failures=True`` (what ``fence targets`` and ``check_target`` pass) walks
+    every configuration and bound with workers that may fail
     (``ModelConfig.failures``: the target's ``fail``, its own failure handler,
     runs), so a guarded row is proved only once ``failure_after_effect`` is
-    reached too; ``failures=False`` walks them as before the failure path.
+    reached too; False walks each as given.
 
     What ``fence._verdicts.judge`` does with a ``ledger_factory`` (a surveying
     Hypothesis run per configuration, each violation minimised by replays on
@@ -356,9 +357,9 @@ def judge_target(
     makes its cell violated; a walk that ends proves nothing beyond what the
     first bound's did, and one that is cut short says how far it got.
     """
-    configs = with_failures(configs, failures)
-    explorer_bound, = with_failures((explorer_bound,), failures)
-    deeper = with_failures(deeper, failures)
+    if failures:
+        configs, deeper = with_failures(configs), with_failures(deeper)
+        explorer_bound, = with_failures((explorer_bound,))
     storage = target.open(url)
     found: dict[ModelConfig, Differences] = {}
     clock = RunClock()
@@ -396,9 +397,9 @@ def judge_target(
     return TargetReport(target, report, found, walks, clock.longest, tick)
 
 
-def with_failures(configs: Iterable[ModelConfig], failures: bool = True) -> tuple[ModelConfig, ...]:
-    """The same configurations with workers that may fail (or not): what every target row is walked at."""
-    return tuple(replace(config, failures=failures) for config in configs)
+def with_failures(configs: Iterable[ModelConfig]) -> tuple[ModelConfig, ...]:
+    """The same configurations with workers that may fail: what every target row is walked at."""
+    return tuple(replace(config, failures=True) for config in configs)
 
 
 class RunClock:
