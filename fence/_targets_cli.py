@@ -25,6 +25,12 @@ made from the target's storage, never on fence's model. A row whose longest
 Hypothesis run outlasted half its adapter's tick (``Target.tick_seconds``, or
 its ledger's ``time``) is told so under it: the adapter's model time no longer holds.
 
+A *guarded* row is one that claims a policy fence's own model proves safe on
+every invariant (``fence/expected_verdicts.txt``: abandon-fenced, abandon),
+whatever its name: fence.guard's rows and a user's target claiming such a
+policy alike, so a user's CI gate fails when their system breaks that claim.
+A row claiming naive, or a user's own policy, reports without gating.
+
 Exit status: 0 when every guarded row is proved or not-found, having reached
 every danger, and every counterexample and lockstep finding replayed on a
 fresh database; 1 when a guarded row is violated (or the engines disagree), or
@@ -49,7 +55,7 @@ from fence._evidence import header, write_atomically
 from fence._invariants import BY_NAME, INVARIANTS, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
-from fence._verdicts import DEFAULT_CONFIGS, Verdict, profile_settings
+from fence._verdicts import DEFAULT_CONFIGS, Verdict, load_expected, profile_settings
 from fence._world import ModelConfig, World
 
 PROFILES = {
@@ -441,12 +447,18 @@ def _explorer_line(found) -> str:
             f"dangers reached: {dangers}")
 
 
+def _claims_safety(target) -> bool:
+    """Does the row claim a built-in policy that fence's model proves on every invariant (see the docstring)?"""
+    expected = load_expected().get(target.policy.name)
+    return bool(expected) and all(verdict is Verdict.PROVED for verdict in expected.values())
+
+
 def _status(found) -> int:
     status = 0
     for report, replays, _ in found:
         if any(text == "DID NOT REPLAY" for text in replays.values()):
             status = 1
-        if report.target.row.endswith("+guard"):
+        if _claims_safety(report.target):
             verdicts = {cell.verdict for cell in report.report.cells.values()}
             if verdicts & {Verdict.VIOLATED, Verdict.ERROR, Verdict.DISAGREE} or report.lockstep_findings:
                 status = 1

@@ -72,7 +72,9 @@ def _steps(path: Path) -> tuple[ModelConfig, list[Action]]:
 def test_fence_targets_finds_the_forgetful_desk_from_a_file_outside_the_repository(targets_run, outside):
     """fence targets --target desk.py:ROW judges the user's row, names its files by the row, records the target."""
     result, out = targets_run
-    assert result.returncode == 0, result.stdout + result.stderr
+    # The desks claim abandon-fenced, which fence's model proves: broken, they fail the run like a guarded row
+    # (exit 1), so a user's CI gate on their own target cannot pass a system that breaks its claim.
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:4]}
     assert rows["forgetful-desk"][2].startswith("violated") and rows["impatient-desk"][2].startswith("violated")
