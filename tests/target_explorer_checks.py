@@ -10,7 +10,7 @@ from __future__ import annotations
 from fence._explore import Outcome
 from fence._invariants import BY_NAME, required_dangers
 from fence._minimise import replay_actions
-from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
+from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target
 
 FAITHFULNESS = (20, 40)
 """New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
@@ -54,3 +54,25 @@ def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bo
     assert guarded.session.restorer.loads > found.states
     if destination_on_the_server:
         assert guarded.restorers["destination"].loads > 0
+
+
+def shortest_failure_finding_replays(row: str, storage, url: str, invariant: str, message: str) -> list[str]:
+    """The explorer's shortest violation of ``invariant`` with failures on (``TARGET_BOUND``), ending in a fail,
+    replayed on a fresh database: its chosen steps' sentences there."""
+    target = TARGETS[row]
+    judged = BY_NAME[invariant]
+    found = explore_target(target, storage, TARGET_BOUND, invariants=(judged,), stop_when_all_violated=True,
+                           faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks > 0
+    result = found.results[invariant]
+    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == message
+    chosen = [step.action for step in result.counterexample.steps if not step.drain]
+    assert chosen[-1].kind == "fail"
+    fresh = target.open(url)
+    try:
+        replayed = replay_actions(target.policy, TARGET_BOUND, chosen, judged,
+                                  fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
+    assert replayed is not None and replayed.message == message
+    return [step.sentence for step in replayed.world.trace if not step.drain]

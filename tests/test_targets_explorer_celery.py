@@ -20,20 +20,16 @@ Every test needs Redis and celery (see tests/test_targets_celery.py).
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 
 from fence._explore import Outcome
-from fence._invariants import BY_NAME
-from fence._minimise import replay_actions
 from fence._policies import POLICIES
 from fence._world import ModelConfig, Reserve, Scan, Tick, World
-from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
-from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
-
-FAILING_BOUND = replace(EXPLORER_BOUND, failures=True)
-"""The explorer's bound with the worker's failure path: a worker may raise and report it (``fail``)."""
+from fence.targets import TARGET_BOUND, TARGETS, explore_target
+from tests.target_explorer_checks import (
+    FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
+)
 
 pytestmark = pytest.mark.redis
 
@@ -200,30 +196,9 @@ def test_a_violation_the_deeper_walk_finds_becomes_its_cell(shipped, redis_url):
 
 
 # -- the worker's failure path: celery's ack on failure, keyed by the delivery tag alone --------
-def _shortest_failure_finding_replays(row: str, storage, url: str, invariant: str, message: str) -> list[str]:
-    """The explorer's shortest violation of ``invariant`` with failures on, ending in a fail, replayed on a fresh database."""
-    target = TARGETS[row]
-    judged = BY_NAME[invariant]
-    found = explore_target(target, storage, FAILING_BOUND, invariants=(judged,), stop_when_all_violated=True,
-                           faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks > 0
-    result = found.results[invariant]
-    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == message
-    chosen = [step.action for step in result.counterexample.steps if not step.drain]
-    assert chosen[-1].kind == "fail"
-    fresh = target.open(url)
-    try:
-        replayed = replay_actions(target.policy, FAILING_BOUND, chosen, judged,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
-    assert replayed is not None and replayed.message == message
-    return [step.sentence for step in replayed.world.trace if not step.drain]
-
-
 def test_a_stale_workers_failure_acks_the_retrys_delivery_as_shipped(shipped, redis_url):
     """The issue's class on celery: the restored message keeps its tag, so the first worker's ack on failure removes the retry's."""
-    story = _shortest_failure_finding_replays(
+    story = shortest_failure_finding_replays(
         "celery", shipped, redis_url, "stale_attempt_cannot_change_newer",
         "job1#1's fail changed job1/r2, which belongs to job1#2")
     assert story[2:] == ["janitor 0 sees job1/r1 expired and frees its unit",
@@ -238,7 +213,7 @@ def test_guarded_a_failed_task_is_acked_and_never_reaches_the_recovery(guarded, 
     there any more, so nothing abandons, settles or retries it: a job whose
     task raised before its effect is never done.
     """
-    story = _shortest_failure_finding_replays(
+    story = shortest_failure_finding_replays(
         "celery+guard", guarded, redis_url, "everything_settles",
         "job1/r1 stayed outcome_unknown after the drain, though no attempt was left running")
     assert story == ["a worker reserves a unit for job1 as attempt job1#1 (lease until t=2)",
@@ -247,7 +222,7 @@ def test_guarded_a_failed_task_is_acked_and_never_reaches_the_recovery(guarded, 
 
 def test_guarded_a_stale_workers_failure_acks_the_delivery_the_recovery_holds(guarded, redis_url):
     """A finding about celery+guard: the first worker's ack on failure removes the delivery the recovery holds."""
-    story = _shortest_failure_finding_replays(
+    story = shortest_failure_finding_replays(
         "celery+guard", guarded, redis_url, "capacity_conserved",
         "job1#1: the ledger accepted fail on job1/r1, which was outcome_unknown (the table allows confirm, "
         "confirm_existing, settle_existing, settle_unused): it left the table")
@@ -259,11 +234,11 @@ def test_guarded_with_failures_only_the_two_findings_break_and_every_danger_is_r
     """celery+guard exhausted with failures on: invariants 4 and 6 violated (above), the other five proved, every danger reached."""
     from fence._invariants import required_dangers
 
-    found = explore_target(TARGETS["celery+guard"], guarded, FAILING_BOUND, faithfulness=FAITHFULNESS)
+    found = explore_target(TARGETS["celery+guard"], guarded, TARGET_BOUND, faithfulness=FAITHFULNESS)
     assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS) and found.exhausted
     broken = {"capacity_conserved", "everything_settles"}
     assert {name: r.outcome for name, r in found.results.items()} == {
         name: Outcome.VIOLATED if name in broken else Outcome.PROVED for name in found.results}
     assert found.missing_dangers() == []
-    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["celery+guard"].policy, FAILING_BOUND))
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["celery+guard"].policy, TARGET_BOUND))
     assert found.reached["failure_after_effect"] > 0

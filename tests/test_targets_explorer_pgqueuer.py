@@ -18,19 +18,15 @@ Every test needs PostgreSQL and pgqueuer (see tests/test_targets_pgqueuer.py).
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 
 from fence._errors import IllegalMove
 from fence._explore import Outcome
-from fence._invariants import BY_NAME
-from fence._minimise import replay_actions
-from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
-from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
-
-FAILING_BOUND = replace(EXPLORER_BOUND, failures=True)
-"""The explorer's bound with the worker's failure path: a worker may raise and report it (``fail``)."""
+from fence.targets import TARGET_BOUND, TARGETS, explore_target
+from tests.target_explorer_checks import (
+    FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -145,30 +141,9 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, pgqueu
 
 
 # -- the worker's failure path: pgqueuer's log_failure, keyed by the job id alone ---------------
-def _shortest_failure_finding_replays(row: str, storage, url: str, invariant: str, message: str) -> list[str]:
-    """The explorer's shortest violation of ``invariant`` with failures on, ending in a fail, replayed on a fresh database."""
-    target = TARGETS[row]
-    judged = BY_NAME[invariant]
-    found = explore_target(target, storage, FAILING_BOUND, invariants=(judged,), stop_when_all_violated=True,
-                           faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks > 0
-    result = found.results[invariant]
-    assert result.outcome is Outcome.VIOLATED and result.counterexample.message == message
-    chosen = [step.action for step in result.counterexample.steps if not step.drain]
-    assert chosen[-1].kind == "fail"
-    fresh = target.open(url)
-    try:
-        replayed = replay_actions(target.policy, FAILING_BOUND, chosen, judged,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
-    assert replayed is not None and replayed.message == message
-    return [step.sentence for step in replayed.world.trace]
-
-
 def test_a_stale_workers_failure_deletes_the_retrys_row_as_shipped(shipped, postgres_url):
     """The issue's class on pgqueuer: the first worker's failure (log_jobs exception) deletes the row its retry runs."""
-    story = _shortest_failure_finding_replays(
+    story = shortest_failure_finding_replays(
         "pgqueuer", shipped, postgres_url, "stale_attempt_cannot_change_newer",
         "job1#1's fail changed job1/r2, which belongs to job1#2")
     assert [sentence.split(" ")[0] for sentence in story] == ["a", "the", "janitor", "job1", "job1#1"]
@@ -185,7 +160,7 @@ def test_a_stale_workers_failure_moves_the_row_the_guarded_recovery_holds(guarde
     row by its id, but a parked row is also pgqueuer's to requeue_jobs, while
     the recovery holds it.
     """
-    story = _shortest_failure_finding_replays(
+    story = shortest_failure_finding_replays(
         "pgqueuer+guard", guarded, postgres_url, "capacity_conserved",
         "job1#1: the ledger accepted fail on job1/r1, which was outcome_unknown (the table allows confirm, "
         "confirm_existing, settle_existing, settle_unused): it left the table")
@@ -198,10 +173,10 @@ def test_guarded_with_failures_only_the_stale_failure_breaks_and_every_danger_is
     """pgqueuer+guard exhausted with failures on (about 16,000 states, minutes): invariant 4 alone violated, every danger reached."""
     from fence._invariants import required_dangers
 
-    found = explore_target(TARGETS["pgqueuer+guard"], guarded, FAILING_BOUND, faithfulness=FAITHFULNESS)
+    found = explore_target(TARGETS["pgqueuer+guard"], guarded, TARGET_BOUND, faithfulness=FAITHFULNESS)
     assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS) and found.exhausted
     assert {name: r.outcome for name, r in found.results.items()} == {
         name: Outcome.VIOLATED if name == "capacity_conserved" else Outcome.PROVED for name in found.results}
     assert found.missing_dangers() == []
-    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["pgqueuer+guard"].policy, FAILING_BOUND))
+    assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS["pgqueuer+guard"].policy, TARGET_BOUND))
     assert found.reached["failure_after_effect"] > 0
