@@ -79,6 +79,22 @@ system's failure handler changed the worker's job (retried it, deleted its
 record, marked it failed), refused when the handler had nothing of this
 worker's to act on.
 
+**A guarded task's failure goes to its guard.** A library's own failure
+handler (retry the job now, drop the message, mark the row failed) frees the
+job while the effect may have landed or a commit may still be in flight: that
+is the bug fence is about, on the failure path. A guarded task instead catches
+its exception in the guard's wrapper and settles its own attempt through the
+guard's recovery, with the same calls the janitor's settle makes (abandon the
+attempt unless it committed, then complete the job, or give it back and run
+it afresh). Until that settle the job is ``outcome_unknown`` and the worker's
+memory is the only place the failure is kept, so a target records it itself:
+``_fail`` returns ``self._fail_through_guard(record)``, which refuses unless
+the reservation is still ``reserved`` (the recovery took the lease back
+first), and from then on reports it ``outcome_unknown`` while the system
+still shows it running. The janitor's ``SETTLE_EXISTING`` / ``SETTLE_UNUSED``
+then make the settle, as the wrapper would, at whatever later step the
+interleaving puts them (the worker may be slow between catching and settling).
+
 **One reservation per janitor call.** ``apply(reservation_id, move)`` must touch
 that one reservation. A library whose recovery sweeps a whole registry at once
 (every stale job, every expired message) is driven with one queue, list or
@@ -206,6 +222,10 @@ class TargetLedger(Restorable):
         self._lease: float | None = None
         """The lease every reservation is judged by, in ticks (one per ledger)."""
         self._count_by_key: dict[str, int] = {}
+        self._failures_caught: set[str] = set()
+        """Reservations whose task raised into its guard's wrapper, not yet settled (``_fail_through_guard``).
+
+        Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
 
     # -- what a subclass gives ------------------------------------------------------------
     def _records(self) -> dict[str, TakenReservation]:
@@ -234,6 +254,27 @@ class TargetLedger(Restorable):
             "when a worker's task raises (retry the job, delete its record, mark it failed), or raise IllegalMove "
             "there if the system takes no failure reports"
         )
+
+    def _fail_through_guard(self, record: TakenReservation) -> TakenReservation:
+        """A guarded task's failure, caught by the guard's wrapper instead of the library's handler.
+
+        Refused (``IllegalMove``) unless the reservation is still ``reserved``:
+        once the recovery holds it, or it is finished, the worker's report has
+        nothing of its own to act on. Accepted, it is ``outcome_unknown`` until
+        the janitor's settle (see the module doc); the system is not called.
+        """
+        state = self._reservation(record).state
+        if state is not ReservationState.RESERVED:
+            raise IllegalMove(
+                f"fail on {record.reservation_id}: it is {state.value}; the guard's wrapper settles only a job "
+                "its worker still holds"
+            )
+        self._failures_caught.add(record.reservation_id)
+        return record
+
+    def failures_caught(self) -> tuple[str, ...]:
+        """The caught failures awaiting their settle, for ``snapshot()``."""
+        return tuple(sorted(self._failures_caught))
 
     def _move_clock(self, ticks: float) -> None:
         """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write."""
@@ -283,7 +324,10 @@ class TargetLedger(Restorable):
 
     # -- reading ---------------------------------------------------------------------------
     def _reservation(self, record: TakenReservation) -> Reservation:
-        return Reservation(record.reservation_id, record.key, record.owner, record.deadline, self._state(record))
+        state = self._state(record)
+        if state is ReservationState.RESERVED and record.reservation_id in self._failures_caught:
+            state = ReservationState.OUTCOME_UNKNOWN  # the system still runs it; its guard's wrapper holds it
+        return Reservation(record.reservation_id, record.key, record.owner, record.deadline, state)
 
     def get(self, reservation_id: str) -> Reservation:
         return self._reservation(self._records()[reservation_id])
