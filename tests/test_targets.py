@@ -190,21 +190,31 @@ STALE_FAILURE = [Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Retry("job1"), Fa
 """The shipped recipe gave the row to a retry (retry_job); the first worker's task then raises."""
 
 
-def test_procrastinates_failure_path_finishes_a_row_the_guarded_recovery_holds(guarded):
-    """A finding (issue 25): finish_job(failed) checks no worker, so a stalled worker's failure finishes the row the
-    guarded recovery took from it; fence's model refuses that report (the janitor took the lease back)."""
+def test_guarded_a_failure_goes_to_the_guard_and_is_refused_once_the_recovery_holds_the_job(guarded):
+    """The guarded recipe's failure path (issue 25): the guard's wrapper, not finish_job(failed), takes the report,
+    so a stalled worker's failure no longer finishes the row the recovery took from it (procrastinate's own handler
+    did: it checks no worker). Refused, as the model refuses it."""
     policy = POLICIES["abandon-fenced"]
-    broken = replay_actions(policy, FAILING, FAIL_WHILE_HELD, BY_NAME["capacity_conserved"],
-                            guarded.destination_factory, guarded.ledger_factory)
-    assert broken is not None and "accepted fail on job1/r1, which was outcome_unknown" in broken.message
-    assert replay_actions(policy, FAILING, FAIL_WHILE_HELD, BY_NAME["capacity_conserved"]) is None
+    assert replay_actions(policy, FAILING, FAIL_WHILE_HELD, BY_NAME["capacity_conserved"],
+                          guarded.destination_factory, guarded.ledger_factory) is None
+    same = replay_in_lockstep(FAIL_WHILE_HELD, _on(guarded, policy, FAILING), World(policy, FAILING),
+                              same_story=without_refusal_reasons)
+    assert same is None
 
 
-def test_procrastinates_failure_path_frees_the_job_at_once_where_the_model_holds_it(guarded):
-    """The lockstep's finding on both rows: finish_job(failed) leaves the fetch unused at once; the model holds it as
-    outcome_unknown for the recovery to settle (so the guard never abandons a failed attempt)."""
+def test_guarded_a_caught_failure_is_outcome_unknown_until_the_janitor_settles_it_as_the_model(guarded):
+    """Caught by the guard's wrapper, the failed attempt holds its unit until the settle, exactly as in the model."""
     policy = POLICIES["abandon-fenced"]
-    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(guarded, policy, FAILING),
+    steps = [Reserve("job1"), Fail("job1#1"), Probe(0, "job1/r1"), Settle(0, "job1/r1"), Retry("job1")]
+    assert replay_in_lockstep(steps, _on(guarded, policy, FAILING), World(policy, FAILING),
+                              same_story=without_refusal_reasons) is None
+
+
+def test_procrastinates_own_failure_path_frees_the_job_at_once_where_the_model_holds_it(shipped):
+    """The lockstep's finding on the shipped row: finish_job(failed) leaves the fetch unused at once; the model holds
+    it as outcome_unknown for the recovery to settle."""
+    policy = POLICIES["naive"]
+    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, policy, FAILING),
                                     World(policy, FAILING), same_story=without_refusal_reasons)
     assert difference is not None and difference.what == "fail: the step's story"
     assert "job1/r1 is unused" in difference.detail and "job1/r1 is outcome_unknown" in difference.detail

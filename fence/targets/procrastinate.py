@@ -20,7 +20,9 @@ on its own tables (``procrastinate.App.job_manager``), on a real PostgreSQL:
   ``todo``), else ``finish_job(job, failed)``. fence's task keeps
   procrastinate's default, no retry strategy, so the row is finished as
   failed. Like ``finish_job(succeeded)`` it is keyed by the job id alone: a
-  stale worker's failure finishes whatever that row now is;
+  stale worker's failure finishes whatever that row now is. Guarded, the
+  task's guard wrapper catches the exception and settles through the guard
+  before procrastinate finishes the row (``ProcrastinateLedger._fail``);
 * a lease has **expired** when ``get_stalled_jobs(seconds_since_heartbeat=...)``
   lists the job: its worker's heartbeat is older than the lease;
 * the **janitor's moves** are procrastinate's recovery. As shipped
@@ -316,7 +318,7 @@ class ProcrastinateLedger(TargetLedger):
         )
         finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
         return (jobs, heartbeats, periodic, image.sequence(IMAGE_TABLES.index("procrastinate_jobs")), fetches, tuple(sorted(self._count_by_key.items())),
-                finished, self._lease)
+                finished, self.failures_caught(), self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
@@ -353,8 +355,15 @@ class ProcrastinateLedger(TargetLedger):
         As ``Worker._process_job`` and ``_persist_job_status`` do it, on the job
         id the worker fetched (procrastinate checks neither the worker nor the
         attempt); a row that is not ``doing`` (or ``todo``) is refused in
-        procrastinate's own words.
+        procrastinate's own words. Guarded, the task's guard wrapper catches
+        the exception and asks ``guard.recover(key_of(job), attempt_id(job))``:
+        EXISTING, it returns and procrastinate finishes the row succeeded;
+        otherwise it re-raises, procrastinate finishes the row failed, and the
+        retry is a fresh row, as after a stalled job. Until then only the worker
+        knows (``_fail_through_guard``); the janitor's settle makes those finishes.
         """
+        if self.guarded:
+            return self._fail_through_guard(fetch)
         app = self._session.app
         job = self._jobs().get(fetch.job_id)
         if job is None:
