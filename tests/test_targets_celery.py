@@ -263,16 +263,28 @@ def test_as_shipped_a_failed_task_is_acked_and_never_run_again(shipped, celery_m
     assert broken.message == "job1/r1 stayed outcome_unknown after the drain, though no attempt was left running"
 
 
-def test_without_acks_on_failure_the_failed_task_is_rejected_and_gone_all_the_same(guarded, celery_module):
+def test_without_acks_on_failure_the_failed_task_is_rejected_and_gone_all_the_same(shipped, celery_module):
     """task_acks_on_failure_or_timeout=False: celery rejects without requeueing; kombu removes the tag just as an ack does."""
-    guarded.session.app.conf.task_acks_on_failure_or_timeout = False
-    world = _on(guarded, POLICIES["abandon-fenced"], ONE_FAILING)
+    shipped.session.app.conf.task_acks_on_failure_or_timeout = False
+    world = _on(shipped, NAIVE, ONE_FAILING)
     world.apply(Reserve("job1"))
     tag, _ = world.ledger.delivery_of("job1/r1")
     assert world.apply(Fail("job1#1")).sentence == "job1#1 fails before its effect and reports it: job1/r1 is unused"
-    client = guarded.session.client
+    client = shipped.session.client
     assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0
     assert world.ledger._messages["job1/r1"].message._state == "REJECTED" and tag not in world.ledger._unacked()
+
+
+def test_guarded_a_failure_goes_to_the_guard_and_settles_as_the_model(guarded):
+    """Guarded, the wrapper catches the failure (celery never acks it on failure): outcome_unknown until the settle,
+    and a stalled worker's failure after the recovery held its delivery is refused, as the model refuses it."""
+    policy = POLICIES["abandon-fenced"]
+    caught = [Reserve("job1"), Fail("job1#1"), Probe(0, "job1/r1"), Settle(0, "job1/r1"), Retry("job1")]
+    assert replay_in_lockstep(caught, _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING),
+                              same_story=without_refusal_reasons) is None
+    while_held = [Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Fail("job1#1")]
+    assert replay_in_lockstep(while_held, _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING),
+                              same_story=without_refusal_reasons) is None
 
 
 def test_the_adapters_failure_is_what_a_real_celery_worker_does(redis_url, celery_module):

@@ -74,8 +74,14 @@ message (``Message.ack``), else it rejects it without requeueing
 ``unacked``, the message is gone and the task never runs again (``unused``).
 Like an ack, a failure whose tag is no longer unacked removed nothing and is
 refused; one whose tag a newer delivery holds removes that delivery's entry.
-The guarded recovery cannot see a failed task (it reads ``unacked``): celery
-gives it nothing to hold.
+That is the shipped row's failure path. Guarded, the task's guard wrapper
+catches the exception before celery sees it and asks ``guard.recover(key,
+attempt)``: EXISTING, the task returns and celery acks the message; otherwise
+the wrapper publishes a fresh message for the key and returns, and celery acks
+the old one, the same acks the recovery's settle makes
+(``TargetLedger._fail_through_guard``: until then only the worker knows, and
+the delivery is ``outcome_unknown``). celery's own handler would ack the
+message with the effect unknown, and checks nothing but the tag.
 
 Reservation states are read back from Redis (which tags ``unacked`` holds)
 and the deliveries fence made: a delivery whose tag is unacked is
@@ -428,7 +434,7 @@ class CeleryLedger(TargetLedger):
                                        "the snapshot leaves out the bindings, which only the anonymous exchange ignores")
         keys = self._session.database.snapshot(image, self._now, leave_out=(BINDINGS,), canonical=canonical)
         acked = tuple(sorted((canonical(tag), rid, move.value) for tag, (rid, move) in self._acked.items()))
-        return (deliveries, keys, acked, tuple(sorted(self._held)), tuple(sorted(self._published)),
+        return (deliveries, keys, acked, tuple(sorted(self._held)), self.failures_caught(), tuple(sorted(self._published)),
                 tuple(sorted(self._count_by_key.items())), self._lease)
 
     def delivery_of(self, reservation_id: str) -> tuple[str, str]:
@@ -487,11 +493,14 @@ class CeleryLedger(TargetLedger):
         ``Request.on_failure`` makes. kombu checks nothing but the tag: a worker
         never given a message for the key gets StaleAttempt (fence's own record),
         and one whose tag is no longer unacked is refused because nothing moved.
+        Guarded, celery's handler never runs: see the module doc.
         """
         mine = [d for d in self._deliveries.values() if d.key == key and d.owner == owner]
         if not mine:
             raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a message for that key")
         delivery = mine[-1]
+        if self.guarded:  # the task's guard wrapper catches it and settles through the guard (module doc)
+            return self._reservation(self._fail_through_guard(delivery))
         message = self._messages[delivery.reservation_id].message
         if self._session.app.conf.task_acks_on_failure_or_timeout:
             call, what = message.ack, "ack on failure"
