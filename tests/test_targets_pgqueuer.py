@@ -261,19 +261,28 @@ FAILURE_AFTER_EFFECT = [
 
 
 @pytest.mark.postgres
-def test_guarded_a_failed_job_is_parked_and_the_recovery_settles_it_like_the_model(guarded):
-    """Guarded (on_failure='hold'): the owner's failure parks its row as 'failed'; the recovery settles it, in lockstep."""
+def test_guarded_a_failure_goes_to_the_guard_and_the_settle_ends_the_row_like_the_model(guarded):
+    """Guarded: the entrypoint catches its failure (pgqueuer logs nothing yet); the settle ends the row, in lockstep."""
     policy = POLICIES["abandon-fenced"]
     world, mirror = _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING)
     assert replay_in_lockstep(FAILURE_AFTER_EFFECT[:5], world, mirror, same_story=without_refusal_reasons) is None
     assert world.trace[-1].sentence == "job1#1 fails after its effect landed and reports it: job1/r1 is outcome_unknown"
     job = world.ledger._picks["job1/r1"].job
-    (parked,) = guarded.session.run(guarded.session.queries.list_failed_jobs())
-    assert parked.id == job.id and parked.queue_manager_id is None and world.reached["failure_after_effect"] == 1
-    # The janitor finds the effect: the recovery's log_jobs(successful) ends the parked row, as the model settles it.
+    assert guarded.session.run(guarded.session.queries.job_status([job.id])) == [(job.id, "picked")]
+    assert world.reached["failure_after_effect"] == 1
+    # The janitor finds the effect: the settle's log_jobs(successful) ends the row, as the model settles it.
     assert replay_in_lockstep(FAILURE_AFTER_EFFECT[5:], world, mirror, same_story=without_refusal_reasons) is None
     assert world.ledger.get("job1/r1").state.value == "confirmed_existing"
     assert guarded.session.run(guarded.session.queries.job_status([job.id])) == [(job.id, "successful")]
+
+
+@pytest.mark.postgres
+def test_guarded_a_stalled_workers_failure_after_the_recovery_repicked_its_row_is_refused_like_the_model(guarded):
+    """pgqueuer's own log_jobs would move the re-picked row (keyed by job id); the guard's wrapper refuses, as the model."""
+    policy = POLICIES["abandon-fenced"]
+    steps = [Reserve("job1"), Tick(2), Scan(1, "job1/r1"), Fail("job1#1")]
+    assert replay_in_lockstep(steps, _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING),
+                              same_story=without_refusal_reasons) is None
 
 
 @pytest.mark.postgres
@@ -293,10 +302,11 @@ def test_as_shipped_a_failed_job_is_deleted_and_never_run_again(shipped):
 
 @pytest.mark.postgres
 def test_the_adapters_failure_is_what_pgqueuers_own_queue_manager_logs(postgres_url, pgqueuer_module):
-    """A real QueueManager runs two raising entrypoints: 'delete' logs exception and drops the row, 'hold' parks it.
+    """A real QueueManager runs two raising entrypoints: pgqueuer's default drops the row, the guarded one settles it.
 
-    The same statuses and rows as the adapter's fail_job; and recover_failed, as
-    a user runs it, abandons the parked job's attempt and enqueues a fresh row.
+    The dropped row has the statuses of the adapter's fail_job; the guarded
+    entrypoint's settle_failure abandons its attempt and enqueues a fresh row,
+    and pgqueuer's own log of the failure afterwards changes nothing.
     """
     import psycopg
     from pgqueuer import QueueManager, Queries
@@ -315,7 +325,7 @@ def test_the_adapters_failure_is_what_pgqueuers_own_queue_manager_logs(postgres_
             names = queries.qbe.settings.qualified
             await queries.driver.execute(f"TRUNCATE {names.queue_table}, {names.queue_table_log} RESTART IDENTITY")
             dropped = await targets.enqueue_keyed(queries, "dropped", b"x", "t1")
-            parked = await targets.enqueue_keyed(queries, "parked", b"x", "t2")
+            parked = await targets.enqueue_keyed(queries, "guarded", b"x", "t2")
             async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as worker_connection:
                 manager = QueueManager(Queries.from_psycopg_connection(worker_connection))
 
@@ -323,31 +333,36 @@ def test_the_adapters_failure_is_what_pgqueuers_own_queue_manager_logs(postgres_
                 async def raises_and_is_dropped(job) -> None:
                     raise RuntimeError("the task failed")
 
-                @manager.entrypoint("parked", on_failure=targets.ON_FAILURE[True])
-                async def raises_and_is_parked(job) -> None:
-                    guard.attempt("t2", targets.attempt_id(job, 1)).__enter__()  # started, never committed
-                    raise RuntimeError("the task failed")
+                @manager.entrypoint("guarded")
+                async def raises_into_its_guard(job) -> None:
+                    if job.id != parked:  # the fresh row the settle enqueued: this run writes the ticket
+                        with guard.attempt("t2", targets.attempt_id(job, 1)) as attempt:
+                            attempt.commit("ticket")
+                        return
+                    try:
+                        guard.attempt("t2", targets.attempt_id(job, 1)).__enter__()  # started, never committed
+                        raise RuntimeError("the task failed")
+                    except RuntimeError:
+                        settled.append((job.id, await targets.settle_failure(queries, guard, job)))
+                        raise
 
                 await manager.run(mode=QueueExecutionMode.drain, heartbeat_timeout=timedelta(seconds=30),
                                   dequeue_timeout=timedelta(seconds=0.1), batch_size=1,
                                   log_aggregation_interval=timedelta(0))
             after_manager = ({j.id: j.status for j in await queries.browse_queue()},
-                             {i: await targets.log_statuses(queries, i) for i in (dropped, parked)})
-            settled = await targets.recover_failed(queries, guard)
-            after_recovery = ({j.id: (j.entrypoint, j.status) for j in await queries.browse_queue()},
-                              await targets.log_statuses(queries, parked))
-            return dropped, parked, after_manager, settled, after_recovery
+                             {i: await targets.log_statuses(queries, i) for i in (dropped, parked, parked + 1)})
+            return dropped, parked, after_manager
 
+    settled = []
     try:
-        dropped, parked, after_manager, settled, after_recovery = asyncio.run(story())
+        dropped, parked, after_manager = asyncio.run(story())
     finally:
         guard.close()
     rows, logged = after_manager
-    assert targets.ON_FAILURE[False] == "delete"  # pgqueuer's default: the shipped row's entrypoints
-    assert rows == {parked: "failed"}
-    assert logged == {dropped: ["queued", "picked", "exception"], parked: ["queued", "picked", "failed"]}
     assert settled == [(parked, Decision.UNUSED)]
-    assert after_recovery == ({parked + 1: ("parked", "queued")}, ["queued", "picked", "failed", "exception"])
+    assert rows == {}  # the fresh row ran too
+    assert logged == {dropped: ["queued", "picked", "exception"], parked: ["queued", "picked", "exception"],
+                      parked + 1: ["queued", "picked", "successful"]}
 
 
 # -- a missing library, and the command line ----------------------------------------------

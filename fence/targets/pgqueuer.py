@@ -69,12 +69,15 @@ makes when an entrypoint raises (``QueueManager.log_failure``): ``log_jobs([(job
 status, traceback)])`` on the job it was given, keyed by the job id alone. As
 shipped the entrypoint has pgqueuer's default ``on_failure="delete"``: status
 ``exception``, the row is deleted and the job never runs again (``unused``).
-Guarded, the entrypoint is registered with ``on_failure="hold"``: status
-``failed``, the row is parked in the queue with no queue manager
-(``outcome_unknown``) until the recovery settles it as it settles a stale
-re-pick (``recover_failed``: abandon unless committed, then ``log_jobs``
-``successful``, or ``exception`` and a fresh row). Like a completion, a failure
-that meets no row changes nothing and is refused.
+Like a completion, a failure that meets no row changes nothing and is
+refused. Guarded, pgqueuer's handler never sees the exception: the guarded
+entrypoint catches it and settles through the guard as the recovery settles a
+stale re-pick (``settle_failure``: abandon unless committed, then ``log_jobs``
+``successful``, or ``exception`` and a fresh row); until then only the worker
+knows (``TargetLedger._fail_through_guard``: ``outcome_unknown``). pgqueuer's
+``on_failure="hold"`` parks the row instead, but a stalled worker's
+``log_jobs`` would then move a row the recovery re-picked (it is keyed by the
+job id alone), where the model refuses that report.
 
 A refusal (a dequeue that takes nothing, an enqueue pgqueuer rejects as a
 duplicate, a ``log_jobs`` that found no row) is raised as fence's
@@ -202,44 +205,29 @@ async def settle_unused(queries: Queries, job: Job) -> int:
     return await enqueue_keyed(queries, job.entrypoint, job.payload, key_of(job))
 
 
-ON_FAILURE = {False: "delete", True: "hold"}
-"""The entrypoint's ``on_failure`` per row: pgqueuer's default as shipped; guarded, a failed job is parked for the recovery."""
+async def fail_job(queries: Queries, job: Job) -> None:
+    """What pgqueuer's queue manager logs when an entrypoint with its default ``on_failure="delete"`` raised.
 
-
-async def fail_job(queries: Queries, job: Job, on_failure: str) -> None:
-    """What pgqueuer's queue manager logs when the entrypoint raised (``log_failure``), as it flushes it.
-
-    ``log_jobs`` with status ``failed`` (``on_failure="hold"``: the row stays, parked)
-    or ``exception`` (``"delete"``: the row goes), keyed by the job id alone;
-    IllegalMove if no row had that id. The traceback is a fixed one (pgqueuer's
-    carries a timestamp and the raising frames, which decide nothing here).
+    ``log_jobs`` with status ``exception`` (``log_failure``): the row goes,
+    keyed by the job id alone; IllegalMove if no row had that id. The traceback
+    is a fixed one (pgqueuer's carries a timestamp and the raising frames,
+    which decide nothing here).
     """
     record = TracebackRecord(
         job_id=job.id, timestamp=datetime.now(timezone.utc), exception_type="TaskFailed",
         exception_message="the entrypoint raised", traceback="", additional_context=None,
     )
-    await complete(queries, job, "failed" if on_failure == "hold" else "exception", record)
+    await complete(queries, job, "exception", record)
 
 
-async def recover_failed(queries: Queries, guard: Guard, limit: int = 100) -> list[tuple[int, Decision]]:
-    """The guarded recovery of failed jobs (entrypoints registered with ``on_failure="hold"``), as a user runs it.
+async def settle_failure(queries: Queries, guard: Guard, job: Job) -> Decision:
+    """A guarded entrypoint's ``except`` block: settle its own job through the guard, as after a stale re-pick.
 
-    For each row pgqueuer parked as ``failed`` (``list_failed_jobs``): abandon
-    every pick's attempt unless one committed, then settle it as a stale
-    re-pick is settled (``log_jobs`` successful, or exception and a fresh row).
-    Returns [(job id, Decision)].
+    Abandons every pick's attempt unless one committed (this one included),
+    then logs the row successful, or as an exception with a fresh row.
+    pgqueuer's own log of the failure that follows meets no row and changes nothing.
     """
-    settled = []
-    for job in await queries.list_failed_jobs(limit=limit):
-        decision = Decision.UNUSED
-        for pick in range(1, await picks_of(queries, job) + 1):
-            decision = guard.recover(key_of(job), attempt_id(job, pick))
-        if decision is Decision.EXISTING:
-            await settle_existing(queries, job)
-        else:
-            await settle_unused(queries, job)
-        settled.append((job.id, decision))
-    return settled
+    return await recover_repick(queries, guard, job, await picks_of(queries, job) + 1)
 
 
 async def recover_repick(queries: Queries, guard: Guard, job: Job, pick: int) -> Decision:
@@ -407,8 +395,6 @@ class PgqueuerLedger(TargetLedger):
             if self._last_logged(pick.job.id) != "successful":
                 return S.UNUSED  # logged exception (abandoned by the guarded recovery)
             return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_MOVES else S.CONFIRMED
-        if row.status == "failed":
-            return S.OUTCOME_UNKNOWN  # parked by its worker's failure (on_failure="hold"), for the recovery
         if row.status == "picked":
             if row.queue_manager_id == pick.queue_manager:
                 return S.RESERVED
@@ -467,7 +453,7 @@ class PgqueuerLedger(TargetLedger):
                         for row in statistics)
         finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
         return (rows, logged, counted, image.sequence(0), picks, repicks, tuple(sorted(self._count_by_key.items())),
-                finished, self._lease)
+                finished, self.failures_caught(), self._lease)
 
     # -- moving -------------------------------------------------------------------------
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
@@ -508,15 +494,10 @@ class PgqueuerLedger(TargetLedger):
         if not mine:
             raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a job for that key")
         pick = mine[-1]
-        self._run(fail_job(self._queries, pick.job, ON_FAILURE[self.guarded]))
+        if self.guarded:  # the guarded entrypoint catches it (settle_failure): see the module doc
+            return self._reservation(self._fail_through_guard(pick))
+        self._run(fail_job(self._queries, pick.job))
         return self._reservation(self._latest_pick(pick.job.id))
-
-    def _parked(self, pick: _Pick) -> Job | None:
-        """The pick's row, if its worker's failure parked it (``failed``) and no newer pick took it."""
-        row = self._jobs().get(pick.job.id)
-        if row is None or row.status != "failed" or self._latest_pick(row.id) is not pick:
-            return None
-        return row
 
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         """A janitor's move: the stale re-pick (expiry), or the guarded recovery's log_jobs (settles)."""
@@ -535,10 +516,11 @@ class PgqueuerLedger(TargetLedger):
             self._repicks[reservation_id] = picked
         elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
             held = self._repicks.get(reservation_id) if self.guarded else None
-            job = held[0] if held is not None else self._parked(pick) if self.guarded else None
+            caught = self.guarded and reservation_id in self._failures_caught
+            job = held[0] if held is not None else pick.job if caught else None
             if job is None:
                 raise IllegalMove(f"{move.value} on {reservation_id}: no recovery re-picked its job, "
-                                  "and no failure parked it")
+                                  "and its worker caught no failure")
             if move is Move.SETTLE_EXISTING:
                 self._run(settle_existing(self._queries, job))
                 self._finished_by[job.id] = move
@@ -621,7 +603,7 @@ class PgqueuerStorage(TargetStorage):
 
 
 __all__ = [
-    "KEY_HEADER", "ON_FAILURE", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
+    "KEY_HEADER", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
     "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
-    "recover_failed", "recover_repick", "settle_existing", "settle_unused",
+    "recover_repick", "settle_failure", "settle_existing", "settle_unused",
 ]
