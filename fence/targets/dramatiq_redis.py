@@ -61,7 +61,7 @@ from importlib.metadata import version
 
 import dramatiq
 from dramatiq.brokers.redis import MAINTENANCE_SCALE, RedisBroker
-from dramatiq.common import current_millis, dq_name
+from dramatiq.common import current_millis, dq_name, xq_name
 
 from fence import Decision
 from fence.guard import Guard
@@ -112,12 +112,20 @@ def as_worker(broker: RedisBroker, worker_id: str) -> RedisBroker:
 
 
 def settle(worker: RedisBroker, message: dramatiq.Message, decision: Decision) -> None:
-    """Settle a message ``worker`` holds: ack it (its effect exists), or nack it and enqueue it afresh."""
+    """Settle a message ``worker`` holds: ack it (its effect exists), or nack it and enqueue it afresh.
+
+    The fresh message is enqueued only if this nack dead-lettered the message
+    (held before it, dead-lettered after it): a worker that acked it first, or
+    a settle before, leaves nothing to retry.
+    """
     consumer = worker.consume(message.queue_name, prefetch=1, timeout=0)
     if decision is Decision.EXISTING:
         consumer.ack(dramatiq.MessageProxy(message))
-    else:
-        consumer.nack(dramatiq.MessageProxy(message))
+        return
+    redis_id = message.options["redis_message_id"]
+    held = worker.client.sismember(acks_key(worker.broker_id, message.queue_name), redis_id)
+    consumer.nack(dramatiq.MessageProxy(message))
+    if held and worker.client.zscore(f"{NS}:{xq_name(message.queue_name)}", redis_id) is not None:
         worker.enqueue(message.copy(options={"retries": 0}))  # a fresh redis_message_id: a new attempt
 
 
@@ -223,12 +231,26 @@ class DramatiqLedger(TargetLedger):
 
         now = self._now  # ms instants as the tick they stand at, etas as the tick they fall due
         image = _rebased(self.image(), lambda ago: now - ago, lambda ahead: int(now + ahead))
-        takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline)
+        # What decides no answer is left out: the heartbeat of a worker that holds nothing (each worker
+        # fetches once), a dead-lettered message (nothing reads it back; its 7-day TTL is beyond any run),
+        # and whether an outcome_unknown reservation was held by the recovery or caught by its guard
+        # (either way the worker may ack it, the janitor settles it, and nothing else is taken).
+        holding = {(name, member) for name, kind, value in image.keys if name.startswith(b"dramatiq:__acks__.")
+                   for member in value}
+        workers = {name.split(b".")[1] for name, _ in holding}
+        keys = []
+        for name, kind, value in image.keys:
+            if name == HEARTBEATS.encode():
+                value = tuple((worker, tick) for worker, tick in value if worker in workers)
+            if not name.endswith((b".XQ", b".XQ.msgs")) and value:
+                keys.append((name, kind, value))
+        keys = self._session.database.snapshot(RedisImage(tuple(keys)), now, canonical=canonical)
+        held = lambda t: (acks_key(t.worker_id, t.key).encode(), t.redis_id.encode()) in holding  # noqa: E731
+        takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline,
+                       held(t) and t.reservation_id in self._held | self._failures_caught)
                       for t in self._takes.values())
-        keys = self._session.database.snapshot(image, now, canonical=canonical)
-        return (takes, keys, tuple(sorted((r, m.value) for r, m in self._ended.items())), tuple(sorted(self._held)),
-                tuple(sorted(self._published)), self.failures_caught(), tuple(sorted(self._count_by_key.items())),
-                self._lease)
+        return (takes, keys, tuple(sorted((r, m.value) for r, m in self._ended.items())),
+                tuple(sorted(self._published)), tuple(sorted(self._count_by_key.items())), self._lease)
 
     def _move_clock(self, ticks: float) -> None:
         self._writing()
