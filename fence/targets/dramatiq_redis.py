@@ -350,8 +350,9 @@ class DramatiqLedger(TargetLedger):
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         take = self._takes[reservation_id]
         if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            if reservation_id in self._held or not self._past_lease(take):
-                raise IllegalMove(f"{move.value} on {reservation_id}: maintenance's query does not list its message")
+            if reservation_id in self._held | self._failures_caught or not self._past_lease(take):
+                raise IllegalMove(f"{move.value} on {reservation_id}: maintenance's query does not list its message "
+                                  "(or the recovery or its guard's wrapper holds it already)")
             if move is Move.EXPIRE_AND_HOLD and self.guarded:
                 self._held.add(reservation_id)  # the recovery took it (fence's record)
             elif move is Move.EXPIRE_AND_RELEASE and not self.guarded:
