@@ -145,7 +145,10 @@ def recover_stalled(broker: RedisBroker, guard: Guard, *, lease_seconds: float) 
             for name in client.keys(prefix + "*"):
                 queue = name.decode()[len(prefix):]
                 for redis_id in sorted(client.smembers(name)):
-                    message = dramatiq.Message.decode(client.hget(f"{NS}:{queue}.msgs", redis_id))
+                    data = client.hget(f"{NS}:{queue}.msgs", redis_id)
+                    if data is None:
+                        continue  # its worker acked it in the meantime
+                    message = dramatiq.Message.decode(data)
                     key = message.args[0]
                     decision = guard.recover(key, attempt_id(key, redis_id.decode()))
                     settle(as_worker(broker, worker_id), message, decision)
