@@ -11,9 +11,13 @@ its heartbeat (``dramatiq:__heartbeats__``, milliseconds). The broker's
 recovery is the *maintenance* any command runs by chance (1,000 in a million):
 every ack set of a worker whose heartbeat is older than ``heartbeat_timeout``
 goes back on its queue, under the same message id, whether or not that worker
-still runs it (a paused process, a partition: dramatiq #692, dramatiq_sqs #53,
-#59 for its SQS cousin's visibility timeout). fence drives that through its
-ledger protocol, every queue move one of dramatiq's own calls on a real Redis:
+still runs it: a task in a C extension that holds the GIL stops its process's
+heartbeat and is requeued mid-flight (dramatiq #692); so is a paused process or
+one cut off from Redis (dramatiq_sqs #53, #59 for the SQS broker's visibility
+timeout). A lease is therefore a worker process's heartbeat: a task stuck in a
+process whose heartbeat goes on is never recovered, by maintenance or by the
+guarded recovery below. fence drives that through its ledger protocol, every
+queue move one of dramatiq's own calls on a real Redis:
 
 * a **reserve** is the reservation's own worker (a ``RedisBroker`` of its own,
   maintenance off, so that only the janitor recovers) taking the key's message
