@@ -246,10 +246,14 @@ def test_guarded_a_failed_task_waits_for_its_guards_settle_and_dramatiq_is_not_c
         world.ledger.fail("job1", "job1#1")
 
 
+@pytest.mark.slow
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_url, dramatiq_module):
-    """dramatiq with fence.guard, failures on: no invariant broken, no lockstep difference, every danger reached."""
+    """dramatiq with fence.guard, failures on: no invariant broken, no lockstep difference, every danger reached.
+
+    Slow: Hypothesis reaches failure_after_effect rarely on this row (once in the quick profile's 40 examples,
+    never in 30), so this takes 100; the explorer's proof reaches it over a thousand times."""
     found = judge_target(TARGETS["dramatiq+guard"], redis_url, configs=[ONE],
-                         run_settings=profile_settings(40, 30), explore=False, failures=True)
+                         run_settings=profile_settings(100, 30), explore=False, failures=True)
     report = found.report
     assert {name: cell.verdict for name, cell in report.cells.items()} == {
         name: Verdict.NOT_FOUND for name in report.cells
