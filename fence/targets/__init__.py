@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 A *target* is a job system people run (procrastinate and pgqueuer on
-PostgreSQL, celery with kombu's Redis transport), on its real library and its real server. fence drives
+PostgreSQL, celery with kombu's Redis transport, dramatiq with its Redis
+broker), on its real library and its real server. fence drives
 it with the model's own ``World``: the target's job table and its own
 recovery call are the ledger (``ledger_factory``), the task's side effect is a
 write at a destination (``destination_factory``), and every run is judged by
@@ -241,6 +242,34 @@ TARGETS: dict[str, Target] = {
             storage="fence.targets.celery_redis:CeleryStorage",
             options={"guarded": True},
             extra="celery",
+            explorable=True,
+        ),
+        Target(
+            row="dramatiq",
+            system="dramatiq",
+            policy=POLICIES["naive"],
+            recovery="the RedisBroker's maintenance (run by chance on any command): every message in the ack set "
+            "of a worker whose heartbeat is older than heartbeat_timeout goes back on its queue under the same "
+            "id; the stale worker's ack is then a no-op, its failure's Retries still enqueues a retry",
+            time="each worker heartbeat, dead-letter instant and retry eta is moved back, 60 s per tick",
+            server="redis",
+            storage="fence.targets.dramatiq_redis:DramatiqStorage",
+            options={"guarded": False},
+            extra="dramatiq",
+            explorable=True,
+        ),
+        Target(
+            row="dramatiq+guard",
+            system="dramatiq",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; instead of maintenance (maintenance_chance=0), "
+            "fence.targets.dramatiq_redis.recover_stalled: abandon the attempt unless it committed, then ack it "
+            "as its worker, or nack it and enqueue a fresh message (a new redis_message_id)",
+            time="each worker heartbeat, dead-letter instant and retry eta is moved back, 60 s per tick",
+            server="redis",
+            storage="fence.targets.dramatiq_redis:DramatiqStorage",
+            options={"guarded": True},
+            extra="dramatiq",
             explorable=True,
         ),
     )
