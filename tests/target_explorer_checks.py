@@ -51,7 +51,12 @@ def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bo
     assert all(found.reached[d.name] > 0 for d in required_dangers(TARGETS[row].policy, bound))
     assert found.outcome() is Outcome.PROVED
     # The copies really took turns on the server (a walk that never restored proved nothing about restores).
-    assert guarded.session.restorer.loads > found.states
+    # Without failures nearly every state has a server image of its own; with them many states differ only
+    # in fence's records (a caught failure, a worker's phase) and share one image, which needs no load.
+    if bound.failures:
+        assert guarded.session.restorer.loads > 0
+    else:
+        assert guarded.session.restorer.loads > found.states
     if destination_on_the_server:
         assert guarded.restorers["destination"].loads > 0
 
