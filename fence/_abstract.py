@@ -200,7 +200,9 @@ class PartNumbers:
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
-    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World) -> None:
+    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint) -> None:
+        self.fingerprint = fingerprint
+        """What the walk's keys are given to the visited set as: ``fence._visited.of_plain``."""
         self.steps, self.ticks = memo.steps, memo.ticks
         self.judge_drain = judge_drain
         self.symmetry = symmetry
@@ -241,8 +243,8 @@ class AbstractWalk:
 
     # -- readings from real Worlds ---------------------------------------------------------
     def root_key(self) -> tuple:
-        """The root's key, as ``key_of`` writes the walk's keys."""
-        return self.key_of(0, self.root.parts, self.root.abandoned)
+        """The root's key, as ``key_of`` writes the walk's keys, by its fingerprint."""
+        return self.fingerprint(self.key_of(0, self.root.parts, self.root.abandoned))
 
     def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
         """The walk's state key: ``state_key``'s with each part by its number."""
@@ -386,6 +388,7 @@ class AbstractWalk:
         check_every = steps.check_every
         tick_moves = self.tick_moves
         symmetry = self.symmetry
+        fingerprint = self.fingerprint
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
         for item in self.actions_of(entry):
@@ -399,7 +402,7 @@ class AbstractWalk:
                 if None in new_parts:
                     new_parts = self.tick_move(parts, now, by)
                 if new_parts is not None:
-                    key = (now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned)
+                    key = fingerprint((now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned))
                     checking = check_every and steps.should_check()
                     if not checking:
                         if key in visited:
@@ -422,7 +425,7 @@ class AbstractWalk:
                 else:
                     new_abandoned = abandoned
                 new_parts = parts[:index] + (part,) + parts[index + 1:]
-                key = (now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned)
+                key = fingerprint((now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned))
                 checking = check_every and steps.should_check()
                 if not checking:
                     if got:
@@ -483,7 +486,8 @@ class AbstractWalk:
             child.job_memo[DETAIL + job] = answer[1]
             child_key = state_key(child, symmetry)
         memo = child.job_memo
-        child_key = (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2])
+        child_key = self.fingerprint(
+            (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2]))
         if checking and child_key != abstract_key:
             raise MemoMismatch(f"the memos' key after {action} differs from the model's")
         broken = self.judge_step(child, known, reached)
