@@ -200,9 +200,14 @@ class PartNumbers:
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
-    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint) -> None:
+    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint,
+                 parents) -> None:
         self.fingerprint = fingerprint
         """What the walk's keys are given to the visited set as: ``fence._visited.of_plain``."""
+        self.parents = parents
+        """The walk's ``fence._visited.Parents``: the path to an entry whose parent was let go."""
+        self.replays = 0
+        """Worlds built by replaying a path from the root (``replay``)."""
         self.steps, self.ticks = memo.steps, memo.ticks
         self.judge_drain = judge_drain
         self.symmetry = symmetry
@@ -299,12 +304,19 @@ class AbstractWalk:
         self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for action, _ in per_job[None]]
 
     def world_of(self, entry: Entry) -> World:
-        """The entry's World, built from its parent's (itself built the same way if it was dropped)."""
+        """The entry's World, built from its parent's (itself built the same way if it was dropped).
+
+        An entry two levels back holds no parent (``next_level``): its World is the
+        path to it from the root, replayed (``replay``).
+        """
         if entry.world is not None:
             return entry.world
-        before = self.world_of(entry.parent)
-        world = before.clone(history=False)
-        world.apply(translate(before, entry.action, entry.job, entry.relative))
+        if entry.parent is None:
+            world = self.replay(entry.node)
+        else:
+            before = self.world_of(entry.parent)
+            world = before.clone(history=False)
+            world.apply(translate(before, entry.action, entry.job, entry.relative))
         world.reached.clear()  # counted by the walk already, from the memo's answer
         memo = world.job_memo
         parts_by_number = self.parts_by_number
@@ -315,11 +327,35 @@ class AbstractWalk:
         self.built.append(entry)
         return world
 
-    def next_level(self) -> None:
-        """Drop the Worlds built before the last level began: they can be built again (``world_of``)."""
+    def replay(self, node: int) -> World:
+        """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
+        parent_of, steps = self.parents._parent, self.parents
+        nodes = []
+        while node > 0:
+            nodes.append(node)
+            node = parent_of[node]
+        world = self.root.world.clone(history=False)
+        meant = self.meant
+        for node in reversed(nodes):
+            action = steps[node][1]
+            if node in meant:
+                action = translate(world, action, *meant[node])
+            world.apply(action)
+        self.replays += 1
+        return world
+
+    def next_level(self, expanded: list) -> None:
+        """Drop the Worlds built before the last level began, and the parents of the level just expanded.
+
+        Both can be had again (``world_of``, ``replay``): so an entry keeps only its
+        parent alive, never the chain of its ancestors back to the root, and the
+        walk holds about two levels of entries, not every state's readings.
+        """
         for entry in self.built_before:
             entry.world = None
         self.built_before, self.built = self.built, []
+        for _node, entry in expanded:
+            entry.parent = None
 
     def meant_finding(self, name: str) -> None:
         """The step just yielded broke ``name``: remember what it was meant to do, if a janitor's."""

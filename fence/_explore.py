@@ -360,7 +360,8 @@ def walk(
     # Either way the walk sees each state by its key's fingerprint (``fence._visited``): the
     # visited set maps fingerprints to state numbers, the parents give the paths back.
     if memos is not None and memos.usable:
-        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, fingerprint=of_plain)
+        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, fingerprint=of_plain,
+                                parents=parents)
     else:
         strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state)
     visited: dict[int, int] = {strategy.root_key(): 0}
@@ -435,8 +436,8 @@ def walk(
                     break
             else:
                 depth += 1
+                strategy.next_level(frontier)
                 frontier = following
-                strategy.next_level()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -518,7 +519,7 @@ class WorldWalk:
     def meant_finding(self, name: str) -> None:
         pass
 
-    def next_level(self) -> None:
+    def next_level(self, expanded: list) -> None:
         pass
 
 
