@@ -48,6 +48,18 @@ The state key
     so breadth first still finds a shortest counterexample: a step that changes
     nothing is never on a shortest path.
 
+Fingerprints, and the paths back
+    The visited set does not keep the keys themselves: it maps a 64-bit
+    fingerprint of each key to the state's number (``fence._visited``), and the
+    parents are two arrays of numbers, so a visited state costs about 100-130
+    bytes (the dict's slot, the fingerprint and the number as Python ints, 12
+    bytes of parents) whatever its key holds. Equal keys always share a fingerprint, so only
+    a hash collision can merge two states the key tells apart; the report gives
+    the chance of one as TLC does (n^2 / 2^65). A counterexample is the path
+    read back from the parent numbers and replayed from scratch, as before; the
+    abstract walk lets an entry's parent go once its level is expanded, and
+    builds a World it dropped by replaying that path (``AbstractWalk.replay``).
+
 History, and why checking each transition is exact
     Invariants 2, 3, 5 and 7 read history: release records, late effects,
     stale changes, silent replays. The key leaves history out, so two paths to
