@@ -55,10 +55,12 @@ def describe_collisions(states: int, bits: int = FINGERPRINT_BITS) -> str:
     )
 
 
-def of_plain(key) -> int:
-    """The fingerprint of a key that is a tree of tuples, strings, numbers, booleans and None."""
-    digest = hashlib.blake2b(marshal.dumps(key, _MARSHAL_VERSION), digest_size=_DIGEST_BYTES).digest()
-    return int.from_bytes(digest, "little")
+def of_plain(key, _dumps=marshal.dumps, _hash=hashlib.blake2b, _number=int.from_bytes) -> int:
+    """The fingerprint of a key that is a tree of tuples, strings, numbers, booleans and None.
+
+    Called once per transition: the names are bound as defaults, not looked up each time.
+    """
+    return _number(_hash(_dumps(key, _MARSHAL_VERSION), digest_size=_DIGEST_BYTES).digest(), "little")
 
 
 class Fingerprints:
