@@ -247,7 +247,7 @@ class AbstractWalk:
         self.built = []  # the root keeps its World: every World can be built again from it
 
     # -- readings from real Worlds ---------------------------------------------------------
-    def root_key(self) -> tuple:
+    def root_key(self) -> int:
         """The root's key, as ``key_of`` writes the walk's keys, by its fingerprint."""
         return self.fingerprint(self.key_of(0, self.root.parts, self.root.abandoned))
 
@@ -329,15 +329,11 @@ class AbstractWalk:
 
     def replay(self, node: int) -> World:
         """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
-        parent_of, steps = self.parents._parent, self.parents
-        nodes = []
-        while node > 0:
-            nodes.append(node)
-            node = parent_of[node]
+        parents = self.parents
         world = self.root.world.clone(history=False)
         meant = self.meant
-        for node in reversed(nodes):
-            action = steps[node][1]
+        for node in parents.lineage(node):
+            action = parents[node][1]
             if node in meant:
                 action = translate(world, action, *meant[node])
             world.apply(action)

@@ -148,14 +148,19 @@ class Parents:
         parent = self._parent[node]
         return None if parent < 0 else (parent, self.steps[self._step[node]])
 
+    def lineage(self, node: int) -> list[int]:
+        """The states on the path from the root to state ``node``, in order: the root left out, ``node`` last."""
+        nodes = []
+        parent = self._parent
+        while parent[node] >= 0:
+            nodes.append(node)
+            node = parent[node]
+        return nodes[::-1]
+
     def path_to(self, node: int) -> list:
         """The steps from the root to state ``node``, in order."""
-        actions = []
-        parent, step, steps = self._parent, self._step, self.steps
-        while parent[node] >= 0:
-            actions.append(steps[step[node]])
-            node = parent[node]
-        return actions[::-1]
+        step, steps = self._step, self.steps
+        return [steps[step[each]] for each in self.lineage(node)]
 
     def bytes_used(self) -> int:
         """What the two arrays hold (the steps themselves are a few hundred objects)."""
