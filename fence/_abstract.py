@@ -200,7 +200,14 @@ class PartNumbers:
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
-    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World) -> None:
+    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint,
+                 parents) -> None:
+        self.fingerprint = fingerprint
+        """What the walk's keys are given to the visited set as: ``fence._visited.of_plain``."""
+        self.parents = parents
+        """The walk's ``fence._visited.Parents``: the path to an entry whose parent was let go."""
+        self.replays = 0
+        """Worlds built by replaying a path from the root (``replay``)."""
         self.steps, self.ticks = memo.steps, memo.ticks
         self.judge_drain = judge_drain
         self.symmetry = symmetry
@@ -240,9 +247,9 @@ class AbstractWalk:
         self.built = []  # the root keeps its World: every World can be built again from it
 
     # -- readings from real Worlds ---------------------------------------------------------
-    def root_key(self) -> tuple:
-        """The root's key, as ``key_of`` writes the walk's keys."""
-        return self.key_of(0, self.root.parts, self.root.abandoned)
+    def root_key(self) -> int:
+        """The root's key, as ``key_of`` writes the walk's keys, by its fingerprint."""
+        return self.fingerprint(self.key_of(0, self.root.parts, self.root.abandoned))
 
     def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
         """The walk's state key: ``state_key``'s with each part by its number."""
@@ -297,12 +304,19 @@ class AbstractWalk:
         self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for action, _ in per_job[None]]
 
     def world_of(self, entry: Entry) -> World:
-        """The entry's World, built from its parent's (itself built the same way if it was dropped)."""
+        """The entry's World, built from its parent's (itself built the same way if it was dropped).
+
+        An entry two levels back holds no parent (``next_level``): its World is the
+        path to it from the root, replayed (``replay``).
+        """
         if entry.world is not None:
             return entry.world
-        before = self.world_of(entry.parent)
-        world = before.clone(history=False)
-        world.apply(translate(before, entry.action, entry.job, entry.relative))
+        if entry.parent is None:
+            world = self.replay(entry.node)
+        else:
+            before = self.world_of(entry.parent)
+            world = before.clone(history=False)
+            world.apply(translate(before, entry.action, entry.job, entry.relative))
         world.reached.clear()  # counted by the walk already, from the memo's answer
         memo = world.job_memo
         parts_by_number = self.parts_by_number
@@ -313,11 +327,31 @@ class AbstractWalk:
         self.built.append(entry)
         return world
 
-    def next_level(self) -> None:
-        """Drop the Worlds built before the last level began: they can be built again (``world_of``)."""
+    def replay(self, node: int) -> World:
+        """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
+        parents = self.parents
+        world = self.root.world.clone(history=False)
+        meant = self.meant
+        for node in parents.lineage(node):
+            action = parents[node][1]
+            if node in meant:
+                action = translate(world, action, *meant[node])
+            world.apply(action)
+        self.replays += 1
+        return world
+
+    def next_level(self, expanded: list) -> None:
+        """Drop the Worlds built before the last level began, and the parents of the level just expanded.
+
+        Both can be had again (``world_of``, ``replay``): so an entry keeps only its
+        parent alive, never the chain of its ancestors back to the root, and the
+        walk holds about two levels of entries, not every state's readings.
+        """
         for entry in self.built_before:
             entry.world = None
         self.built_before, self.built = self.built, []
+        for _node, entry in expanded:
+            entry.parent = None
 
     def meant_finding(self, name: str) -> None:
         """The step just yielded broke ``name``: remember what it was meant to do, if a janitor's."""
@@ -386,6 +420,7 @@ class AbstractWalk:
         check_every = steps.check_every
         tick_moves = self.tick_moves
         symmetry = self.symmetry
+        fingerprint = self.fingerprint
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
         for item in self.actions_of(entry):
@@ -399,7 +434,7 @@ class AbstractWalk:
                 if None in new_parts:
                     new_parts = self.tick_move(parts, now, by)
                 if new_parts is not None:
-                    key = (now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned)
+                    key = fingerprint((now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned))
                     checking = check_every and steps.should_check()
                     if not checking:
                         if key in visited:
@@ -422,7 +457,7 @@ class AbstractWalk:
                 else:
                     new_abandoned = abandoned
                 new_parts = parts[:index] + (part,) + parts[index + 1:]
-                key = (now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned)
+                key = fingerprint((now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned))
                 checking = check_every and steps.should_check()
                 if not checking:
                     if got:
@@ -483,7 +518,8 @@ class AbstractWalk:
             child.job_memo[DETAIL + job] = answer[1]
             child_key = state_key(child, symmetry)
         memo = child.job_memo
-        child_key = (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2])
+        child_key = self.fingerprint(
+            (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2]))
         if checking and child_key != abstract_key:
             raise MemoMismatch(f"the memos' key after {action} differs from the model's")
         broken = self.judge_step(child, known, reached)

@@ -269,8 +269,10 @@ EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
     ModelConfig(capacity=1, jobs=1, max_attempts=3, horizon=4),
     ModelConfig(capacity=2, jobs=2, max_attempts=1, horizon=2),
     ModelConfig(capacity=2, jobs=2, max_attempts=2, horizon=2),
+    ModelConfig(capacity=2, jobs=2, max_attempts=2, horizon=3),
+    ModelConfig(capacity=3, jobs=3, max_attempts=1, horizon=2),
 )
-"""Lease 2 and 2 janitors throughout; units, jobs, attempts and the horizon grow."""
+"""Lease 2 and 2 janitors throughout; units, jobs, attempts and the horizon grow (the last two: issue 28's rows)."""
 
 
 @dataclass
@@ -293,10 +295,21 @@ class ExplorerRow:
     """With explorer workers: the largest worker process's peak resident memory."""
     runs_seconds: tuple[float, ...] = ()
     """With ``repeat``: every run's wall time; this row's figures are its median run's."""
+    visited_bytes: int = 0
+    """What the visited set (fingerprints, state numbers) and the parent pointers held at the end."""
 
     @property
     def states_per_second(self) -> float:
         return self.states / self.seconds if self.seconds else 0.0
+
+    @property
+    def bytes_per_state(self) -> float:
+        """The exploring process's peak resident memory over the distinct states: everything a state costs."""
+        return self.peak_mib * 2**20 / self.states if self.states else 0.0
+
+    @property
+    def visited_bytes_per_state(self) -> float:
+        return self.visited_bytes / self.states if self.states else 0.0
 
     @property
     def transitions_per_second(self) -> float:
@@ -351,7 +364,7 @@ def _explore_in_child(pipe, arguments) -> None:
         workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kib if explorer_workers > 1 else None
         pipe.send(ExplorerRow(
             name, config, symmetry, explorer_workers, found.states, found.transitions, found.depth,
-            found.seconds, found.exhausted, outcomes, own, workers,
+            found.seconds, found.exhausted, outcomes, own, workers, visited_bytes=found.visited_bytes,
         ))
     except BaseException:
         pipe.send(traceback.format_exc())
@@ -410,11 +423,14 @@ def explorer(
         f"# each row: one breadth-first exploration, time budget {budget:g}s; lease 2, 2 janitors",
         "# peak MiB: the exploring process's peak resident memory (getrusage ru_maxrss); with several",
         "#   explorer processes, '+ N' is the largest worker's peak (the coordinator's is the first figure)",
+        "# B/state: peak resident memory over distinct states (the whole process: Python, memos, frontier);",
+        "#   visited B/state: the visited set (64-bit fingerprints, state numbers) and parent pointers alone",
         f"# wall time {wall:.0f}s",
         "",
         "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
         f"{'policy':{width}} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
-        f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} exhausted verdicts"
+        f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} {'B/state':>8} {'visited B/state':>15} "
+        "exhausted verdicts"
         + ("  runs s" if repeat > 1 else ""),
     ]
     for row in rows:
@@ -424,7 +440,8 @@ def explorer(
         lines.append(
             f"{row.name:{width}} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
             f"{row.depth:>5} {row.seconds:>8.1f} {row.states_per_second:>8.0f} {row.transitions_per_second:>8.0f} "
-            f"{peak:>13} {'yes' if row.exhausted else 'NO':9} {row.outcomes}"
+            f"{peak:>13} {row.bytes_per_state:>8.0f} {row.visited_bytes_per_state:>15.0f} "
+            f"{'yes' if row.exhausted else 'NO':9} {row.outcomes}"
             + (f"   {min(row.runs_seconds):.1f}-{max(row.runs_seconds):.1f}" if repeat > 1 else "")
         )
     lines += _copies_against_builtins(rows)

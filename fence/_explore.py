@@ -48,6 +48,18 @@ The state key
     so breadth first still finds a shortest counterexample: a step that changes
     nothing is never on a shortest path.
 
+Fingerprints, and the paths back
+    The visited set does not keep the keys themselves: it maps a 64-bit
+    fingerprint of each key to the state's number (``fence._visited``), and the
+    parents are two arrays of numbers, so a visited state costs about 100-130
+    bytes (the dict's slot, the fingerprint and the number as Python ints, 12
+    bytes of parents) whatever its key holds. Equal keys always share a fingerprint, so only
+    a hash collision can merge two states the key tells apart; the report gives
+    the chance of one as TLC does (n^2 / 2^65). A counterexample is the path
+    read back from the parent numbers and replayed from scratch, as before; the
+    abstract walk lets an entry's parent go once its level is expanded, and
+    builds a World it dropped by replaying that path (``AbstractWalk.replay``).
+
 History, and why checking each transition is exact
     Invariants 2, 3, 5 and 7 read history: release records, late effects,
     stale changes, silent replays. The key leaves history out, so two paths to
@@ -138,6 +150,7 @@ import gc
 import itertools
 import random
 import re
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -159,6 +172,7 @@ from fence._state_key import (
     whole_state,
 )
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
+from fence._visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, describe_collisions, of_plain
 from fence._world import Action, ModelConfig, World
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
@@ -218,10 +232,19 @@ class Exploration:
     """A user's policy on the keyed engine: how many of its calls were made twice and agreed (``fence._policy_twins``)."""
     whole_worlds_because: str | None = None
     """Why a user's policy was walked as whole worlds rather than keyed like fence's own (``explore``)."""
+    fingerprint_bits: int = FINGERPRINT_BITS
+    """Each visited state is kept as a fingerprint of its key of this many bits (``fence._visited``)."""
+    visited_bytes: int = 0
+    """What the visited set (fingerprints and state numbers) and the parent pointers held at the end."""
 
     @property
     def states_per_second(self) -> float:
         return self.states / self.seconds if self.seconds else 0.0
+
+    @property
+    def collision_probability(self) -> float:
+        """The chance that two distinct states shared a fingerprint and were merged: about n^2 / 2^(b+1)."""
+        return collision_probability(self.states, self.fingerprint_bits)
 
     def missing_dangers(self) -> list[str]:
         return [d.name for d in required_dangers(self.policy, self.config) if self.reached[d.name] == 0]
@@ -329,7 +352,7 @@ def walk(
         root.key_users_policy()  # its calls are checked twice; PolicyNotKeyable ends this walk
     if by_whole_state and not root.fast_copy_is_faithful():
         raise ValueError("by_whole_state reads fence's own parts only; a user's plug-ins take the generic path")
-    parents: list[tuple[int, Action] | None] = [None]
+    parents = Parents()  # the root is state 0
     faithfulness_check = None
     if not root.fast_copy_is_faithful():
         faithfulness_check = FaithfulnessCheck(
@@ -346,11 +369,14 @@ def walk(
     # One walk, over one of two kinds of state: fence's own parts with the built-in step
     # invariants are expanded and judged from the memos, a World built only when one
     # misses (fence._abstract); every other world is cloned and stepped (``WorldWalk``).
+    # Either way the walk sees each state by its key's fingerprint (``fence._visited``): the
+    # visited set maps fingerprints to state numbers, the parents give the paths back.
     if memos is not None and memos.usable:
-        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root)
+        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, fingerprint=of_plain,
+                                parents=parents)
     else:
         strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state)
-    visited = {strategy.root_key(): 0}
+    visited: dict[int, int] = {strategy.root_key(): 0}
 
     def check_teardown(node: int, state) -> None:
         if all(inv.name in found for inv in teardown_invariants):
@@ -385,9 +411,8 @@ def walk(
             # The abstract walk yields no child for a state already visited.
             if child is None or key in visited:
                 continue
-            child_node = len(parents)
+            child_node = parents.add(node, action)
             visited[key] = child_node
-            parents.append((node, action))
             strategy.adopt(child, child_node)
             following.append((child_node, child))
             check_teardown(child_node, child)
@@ -423,8 +448,8 @@ def walk(
                     break
             else:
                 depth += 1
+                strategy.next_level(frontier)
                 frontier = following
-                strategy.next_level()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -443,6 +468,7 @@ def walk(
             out_of_budget = "unfaithful"
     result.depth = depth
     result.states = len(parents)
+    result.visited_bytes = _visited_bytes(visited, parents)
     result.exhausted = out_of_budget is None and not frontier
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started
@@ -477,12 +503,22 @@ class WorldWalk:
         self.step_invariants = step_invariants
         self.judge_drain = judge_drain
         self.by_whole_state = by_whole_state
+        # fence's own parts are keyed by trees of tuples, strings and numbers; a user's
+        # plug-ins by the generic key, whose sets and snapshot values are written out first.
+        plain = by_whole_state or root.fast_copy_is_faithful()
+        self.fingerprint = of_plain if plain else Fingerprints()
 
-    def root_key(self) -> tuple:
-        return whole_state(self.root) if self.by_whole_state else state_key(self.root, self.symmetry)
+    def root_key(self) -> int:
+        """The root's fingerprint (``fence._visited``)."""
+        return self.fingerprint(whole_state(self.root) if self.by_whole_state else state_key(self.root, self.symmetry))
 
     def successors(self, world: World, visited, known, reached: Counter):
-        return _successors(world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state)
+        """``_successors``, each child by its key's fingerprint."""
+        fingerprint = self.fingerprint
+        for action, child, key, broken in _successors(
+            world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state,
+        ):
+            yield action, child, fingerprint(key), broken
 
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:
@@ -495,7 +531,7 @@ class WorldWalk:
     def meant_finding(self, name: str) -> None:
         pass
 
-    def next_level(self) -> None:
+    def next_level(self, expanded: list) -> None:
         pass
 
 
@@ -1000,6 +1036,8 @@ class _Memo:
 def _memo_successors(world: World, symmetry: bool, step_invariants, known, reached: Counter, visited, memo: _Memo):
     """``_successors``, with a step into a state in ``visited`` answered from the memo: its child is None.
 
+    Each child is yielded, and looked up in ``visited``, by its key's fingerprint (``fence._visited``).
+
     Why the facts are all a transition into a visited state needs: what a step
     records (findings, dangers) is in the memo's answer. The other reading of
     the step invariants, the present of invariant 3 (more live writers than
@@ -1033,7 +1071,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
             by = action.by
             new_parts = [ticks.parts.get((parts[j], now, by)) for j in jobs]
             if None not in new_parts:
-                key = (now + by, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), abandoned_key)
+                key = of_plain((now + by, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), abandoned_key))
                 checking = check_every and steps.should_check()
                 if not checking and key in visited:
                     yield action, None, key, no_findings  # a tick records nothing (fence._transitions)
@@ -1049,7 +1087,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                 else:
                     new_abandoned = abandoned_key
                 new_parts = [part if j == job else parts[j] for j in jobs]
-                key = (now, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), new_abandoned)
+                key = of_plain((now, tuple(sorted(new_parts)) if symmetry else tuple(new_parts), new_abandoned))
                 checking = check_every and steps.should_check()
                 if not checking and key in visited:
                     if got:
@@ -1065,7 +1103,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
         child = world.clone(history=False)
         child.apply(action)
         if job is None:  # a tick: every part moves with the clock, and no detail changes
-            child_key = state_key(child, symmetry)
+            child_key = of_plain(state_key(child, symmetry))
             ticks.learn(parts, now, action.by, child)
             if checking:
                 findings, got = facts_of(child)
@@ -1085,7 +1123,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                 steps.verify(memo_key, answer, job, world, child, findings, got)
             child.job_memo[job] = answer[0]
             child.job_memo[DETAIL + job] = answer[1]
-            child_key = state_key(child, symmetry)
+            child_key = of_plain(state_key(child, symmetry))
             if checking and child_key != key:
                 raise MemoMismatch(f"the step memo's key for {action} differs from the model's")
         broken = judge(child, known, reached)
@@ -1287,16 +1325,16 @@ def _explore_on_workers(
         pipes.append(here)
         processes.append(process)
     found: dict[str, tuple[int, Action | None]] = {}
-    parents: list[tuple[int, Action] | None] = []
-    visited: dict[tuple, int] = {}
-    # per worker: the states to take up next, as (node, key, None) for a world it made
-    # itself or (node, key, pickled world) for one handed over by another worker
-    owned: list[list[tuple[int, tuple, bytes | None]]] = [[] for _ in range(workers)]
+    parents = Parents()  # the root, state 0, is the first state worker 0 sends
+    visited: dict[int, int] = {}  # fingerprint -> state number (``fence._visited``)
+    # per worker: the states to take up next, as (node, fingerprint, None) for a world it made
+    # itself or (node, fingerprint, pickled world) for one handed over by another worker
+    owned: list[list[tuple[int, int, bytes | None]]] = [[] for _ in range(workers)]
     out_of_budget = None
     depth = 0
     remaining = False  # states found but not expanded (a depth bound stopped the walk)
 
-    news: list[list[tuple]] = [[] for _ in range(workers)]  # per worker: the keys the others found last round
+    news: list[list[int]] = [[] for _ in range(workers)]  # per worker: the states the others found last round
 
     def run_round(expand: bool, seed: bool = False) -> None:
         """Every worker takes up the states it owns and, if ``expand``, expands them."""
@@ -1305,7 +1343,7 @@ def _explore_on_workers(
             pipe.send((owned[number], set(found), expand, seed and number == 0, deadline, news[number]))
         replies = [_receive(pipe) for pipe in pipes]
         owned = [[] for _ in range(workers)]
-        candidates: dict[tuple, tuple[int | None, Action | None, list[int]]] = {}
+        candidates: dict[int, tuple[int | None, Action | None, list[int]]] = {}
         for number, (children, step_found, drain_found, transitions, reached, unsettled, stopped) in enumerate(replies):
             result.transitions += transitions
             result.reached.update(reached)
@@ -1325,15 +1363,14 @@ def _explore_on_workers(
                 else:
                     holder[2].append(number)
         load = [0] * workers
-        movable: list[list[tuple[int, tuple]]] = [[] for _ in range(workers)]  # held by one worker only
+        movable: list[list[tuple[int, int]]] = [[] for _ in range(workers)]  # held by one worker only
         news = [[] for _ in range(workers)]
         for key, (parent, action, holders) in candidates.items():
             for number in range(workers):
                 if number not in holders:
                     news[number].append(key)
-            node = len(parents)
+            node = parents.add(parent, action) if parent is not None else 0  # only the root has no parent
             visited[key] = node
-            parents.append((parent, action) if parent is not None else None)
             worker = min(holders, key=load.__getitem__)
             load[worker] += 1
             owned[worker].append((node, key, None))
@@ -1371,11 +1408,18 @@ def _explore_on_workers(
                 process.kill()
     result.depth = depth
     result.states = len(parents)
+    result.visited_bytes = _visited_bytes(visited, parents)
     result.exhausted = out_of_budget is None and not remaining and not any(owned)
     result.stopped_by = out_of_budget
     _judge(result, invariants, found, parents, out_of_budget, destination_factory)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _visited_bytes(visited: dict[int, int], parents: Parents) -> int:
+    """The bytes the visited set (its table, fingerprints and state numbers) and the parent pointers hold."""
+    numbers = sum(map(sys.getsizeof, itertools.islice(visited.values(), 257, None)))  # 0-256 are Python's own
+    return sys.getsizeof(visited) + sum(map(sys.getsizeof, visited)) + numbers + parents.bytes_used()
 
 
 def _balance(owned, movable, pipes) -> None:
@@ -1387,7 +1431,7 @@ def _balance(owned, movable, pipes) -> None:
     """
 
     share = sum(map(len, owned)) // len(owned)
-    moves: dict[int, list[tuple[int, tuple]]] = {}
+    moves: dict[int, list[tuple[int, int]]] = {}
     takers = [n for n in range(len(owned)) if len(owned[n]) < share]
     for giver in range(len(owned)):
         excess = len(owned[giver]) - share
@@ -1432,8 +1476,9 @@ def _level_worker(pipe, setup) -> None:
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
     memo = _Memo(step_invariants)
     judge_drain = DrainJudge([inv for inv in invariants if inv.at_teardown], memo.steps if memo.usable else None)
-    waiting: dict[tuple, World] = {}
-    sent: set[tuple] = set()
+    # States by their keys' fingerprints (``fence._visited``), as the coordinator knows them.
+    waiting: dict[int, World] = {}
+    sent: set[int] = set()
     try:
         while True:
             order = pipe.recv()
@@ -1467,7 +1512,7 @@ def _level_worker(pipe, setup) -> None:
             stopped = False
             if seed:
                 root = World(policy, config, destination_factory)
-                key = state_key(root, symmetry)
+                key = of_plain(state_key(root, symmetry))
                 sent.add(key)
                 waiting[key] = root
                 children.append((key, None, None))
@@ -1480,7 +1525,8 @@ def _level_worker(pipe, setup) -> None:
                     if memo.usable:  # a step into a state this worker has sent is answered by the memo
                         walk = _memo_successors(world, symmetry, step_invariants, known, reached, sent, memo)
                     else:
-                        walk = _successors(world, symmetry, step_invariants, known, reached)
+                        walk = ((action, child, of_plain(key), broken) for action, child, key, broken
+                                in _successors(world, symmetry, step_invariants, known, reached))
                     for action, child, key, broken in walk:
                         transitions += 1
                         for name in broken:
@@ -1535,6 +1581,7 @@ def report_text(found: Exploration) -> str:
         f"{found.states} distinct states, {found.transitions} transitions, depth {found.depth}, "
         f"{found.seconds:.1f}s, {found.states_per_second:.0f} states/s; {scope}"
     )
+    lines.append(describe_collisions(found.states, found.fingerprint_bits))
     if found.whole_worlds_because:
         lines.append(found.whole_worlds_because)
     if found.faithfulness_checks:
@@ -1590,6 +1637,9 @@ def to_json(found: Exploration) -> dict:
         "depth": found.depth,
         "seconds": round(found.seconds, 3),
         "states_per_second": round(found.states_per_second),
+        "fingerprint_bits": found.fingerprint_bits,
+        "collision_probability": found.collision_probability,
+        "visited_bytes": found.visited_bytes,
         "exhausted": found.exhausted,
         "stopped_by": found.stopped_by,
         "unfaithful": found.unfaithful,

@@ -14,7 +14,7 @@ action, the sentence it printed, and whether the drain took it).
 
 ``quick`` is the CI bound only (seconds); ``full`` adds horizon 4 and
 2x2x1 with symmetry and the seeded bugs (a few minutes); ``big`` is
-abandon-fenced at 2x2x2, horizon 2, jobs symmetric, one process and two;
+abandon-fenced at 2x2x2, horizon 2, jobs symmetric, one process and two, and naive there in one;
 ``all`` is ``full`` and ``big``.
 tests/test_explore.py pins the CI-bound rows against tools/explorer-results.json.
 """
@@ -66,6 +66,7 @@ def rows(which: str) -> list[dict]:
                    for p, d, l in SEEDED_ROWS]
     if which in ("big", "all"):
         chosen += [dict(policy="abandon-fenced", config=TWO_BY_TWO, symmetry=True, workers=w) for w in (1, 2)]
+        chosen.append(dict(policy="naive", config=TWO_BY_TWO, symmetry=True, workers=1))
     for row in chosen:
         c = row["config"]
         plugins = "".join(f" {k}={row[k]}" for k in ("destination", "ledger") if row.get(k))

@@ -1,0 +1,128 @@
+"""The explorer's compact visited states (issue 28): fingerprints of keys, parent pointers, and unchanged results.
+
+The results are pinned against tools/explorer-results.json, recorded by the
+explorer that kept full keys (before fingerprints): a fingerprint walk must
+reach the same states, transitions, depth, verdicts and counterexamples, for
+fence's own parts and for a user's plug-ins loaded from files.
+"""
+
+import dataclasses
+import gc
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fence._explore import explore
+from fence._policies import POLICIES
+from fence._visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, of_plain
+from fence._world import ModelConfig, Reserve, Tick
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("explorer_results", ROOT / "tools" / "explorer_results.py")
+explorer_results = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(explorer_results)
+RECORDED = json.loads((ROOT / "tools" / "explorer-results.json").read_text())
+CI_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
+ROWS = {row["name"]: row for row in explorer_results.rows("all")}
+
+
+@pytest.mark.parametrize("name", [
+    "naive 1x1x3 h3",
+    "abandon-fenced 1x1x3 h3",
+    "naive 2x2x2 h2 sym",
+    pytest.param("abandon-fenced 2x2x2 h2 sym", marks=pytest.mark.slow),
+    # a user's plug-ins from files (tests/seeded/): the generic key, fingerprinted on the same path
+    "abandon-fenced ledger=ledger_frees_twice.py:LedgerFreesTwice 1x1x3 h3",
+    "fenced destination=lookup_skips_fence.py:LookupSkipsFence 1x1x3 h3",
+    "decide_writes.py:LookupThenAbandon 1x1x3 h3",
+])
+def test_a_fingerprint_walk_concludes_what_the_full_key_walk_recorded(name):
+    """States, transitions, depth, verdicts, dangers and every counterexample step equal the full-key explorer's."""
+    walked, figures = explorer_results.walk(ROWS[name])
+    assert walked == name and name in RECORDED
+    assert explorer_results.differences(RECORDED, {name: figures}) == []
+
+
+def test_equal_keys_share_a_fingerprint_whatever_order_their_sets_were_built_in():
+    """A generic key's frozensets are written sorted: equal keys, one fingerprint, in any walk."""
+    colliding = [1, 9, 17, 25]  # one slot of a small table: the order they went in is the order they come out
+    one = (3, frozenset(colliding), frozenset({("a", 1), ("b", (2, "x"))}), None)
+    other = (3, frozenset(reversed(colliding)), frozenset([("b", (2, "x")), ("a", 1)]), None)
+    assert one == other and list(one[1]) != list(other[1])
+    assert Fingerprints()(one) == Fingerprints()(other)
+    assert Fingerprints()(one) != Fingerprints()((3, frozenset(colliding[1:]), one[2], None))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Snapshot:
+    held: tuple
+
+
+class _Opaque:
+    """An object a plug-in might hold: equal only to itself."""
+
+
+def test_values_that_are_not_plain_are_merged_exactly_when_they_are_equal():
+    """A plug-in's value is fingerprinted by what it equals: equal dataclasses merge, distinct objects never do,
+    even once the first is gone (the walk keeps what it numbered, so no address is reused)."""
+    fingerprint = Fingerprints()
+    assert fingerprint(("s", _Snapshot((1, 2)))) == fingerprint(("s", _Snapshot((1, 2))))
+    assert fingerprint(("s", _Snapshot((1, 2)))) != fingerprint(("s", _Snapshot((2, 1))))
+    seen = {fingerprint(("held", _Opaque())) for _ in range(50)}
+    gc.collect()
+    assert len(seen) == 50
+
+
+def test_a_plain_key_is_fingerprinted_alike_by_both_encodings_rules():
+    """fence's own keys (tuples of strings and numbers) get one fingerprint per key, 64 bits wide."""
+    key = (3, (("1", "reserved", 5), ("2", "done")), ("job1#1",))
+    assert of_plain(key) == of_plain(tuple(list(key)))
+    assert of_plain(key) != of_plain((3, (("1", "reserved", 5), ("2", "done")), ()))
+    assert 0 <= of_plain(key) < 2**FINGERPRINT_BITS
+
+
+def test_parents_give_back_the_path_to_every_state():
+    """Two arrays of numbers stand for the list of (parent, step) pairs: indexing and paths alike."""
+    parents = Parents()
+    first = parents.add(0, Reserve("job1"))
+    second = parents.add(first, Tick(1))
+    third = parents.add(first, Reserve("job1"))
+    assert parents[0] is None and parents[second] == (first, Tick(1))
+    assert parents.path_to(second) == [Reserve("job1"), Tick(1)]
+    assert parents.path_to(third) == [Reserve("job1"), Reserve("job1")]
+    assert len(parents) == 4 and len(parents.steps) == 2
+
+
+def test_the_collision_chance_is_reported_as_tlc_estimates_it():
+    """n^2 / 2^(b+1): 2^32 states of 64-bit fingerprints collide with chance one half."""
+    assert collision_probability(2**32) == 0.5
+    assert collision_probability(0) == 0.0 and collision_probability(2**40) == 1.0
+
+
+def test_the_summary_and_the_json_give_the_fingerprints_and_their_collision_chance(tmp_path):
+    """``fence explore`` says how states were kept and the chance of a merge, in words and in JSON."""
+    command = [sys.executable, "-m", "fence._cli", "explore", "--policy", "naive", "--attempts", "1",
+               "--horizon", "3", "--out", str(tmp_path)]
+    text = subprocess.run(command, capture_output=True, text=True)
+    as_json = subprocess.run(command + ["--json"], capture_output=True, text=True)
+    assert "64-bit fingerprints" in text.stdout and "n^2/2^65" in text.stdout
+    found = json.loads(as_json.stdout)
+    assert found["fingerprint_bits"] == 64
+    assert found["collision_probability"] == collision_probability(found["states"])
+    assert 0 < found["visited_bytes"]
+
+
+def test_a_user_s_plug_ins_keep_their_visited_states_as_compactly_as_fence_s_own():
+    """The same compact path for a plug-in from a file: fingerprints and parent numbers, not its keys."""
+    from fence import _plugins
+
+    seeded = ROOT / "tests" / "seeded"
+    builtin = explore(POLICIES["abandon-fenced"], CI_BOUND)
+    users = explore(POLICIES["abandon-fenced"], CI_BOUND,
+                    ledger_factory=_plugins.load_ledger(f"{seeded / 'ledger_frees_twice.py'}:LedgerFreesTwice"))
+    per_state = [found.visited_bytes / found.states for found in (builtin, users)]
+    assert all(40 < each < 160 for each in per_state), per_state
