@@ -47,7 +47,6 @@ seconds is gone from the tick the lease of L ticks runs out.
 from __future__ import annotations
 
 import asyncio
-import pickle
 from dataclasses import dataclass
 from importlib.metadata import version
 
