@@ -302,3 +302,15 @@ def test_fence_replay_replays_the_shipped_rows_duplicate_on_arq(redis_url, arq_m
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert "BROKEN on the real system (arq " in replayed.stdout
     assert "no_duplicate_writes: job1 was written 2 times" in replayed.stdout.splitlines()[-1]
+
+
+def test_without_arq_the_target_is_one_line_naming_the_extra(monkeypatch):
+    """A missing arq is BadInput in one line that names the pip extra, before any server is touched."""
+    from fence._errors import BadInput
+
+    monkeypatch.delitem(sys.modules, "fence.targets.arq_redis", raising=False)
+    monkeypatch.setitem(sys.modules, "arq", None)
+    with pytest.raises(BadInput) as missing:
+        TARGETS["arq"].open("redis://127.0.0.1:1/0")
+    message = str(missing.value)
+    assert "\n" not in message and "pip install 'fence[arq]'" in message

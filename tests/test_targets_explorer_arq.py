@@ -90,3 +90,25 @@ def test_with_failures_arqs_failed_finish_of_a_released_job_is_found_and_replays
 def test_the_explorer_proves_the_guarded_row_with_failures_and_reaches_every_danger(guarded):
     """arq with fence.guard, every interleaving within TARGET_BOUND (failures on): nothing broken, every danger reached."""
     guarded_row_proved("arq+guard", guarded, destination_on_the_server=False, bound=TARGET_BOUND)
+
+
+def test_a_snapshot_without_time_is_reported_unfaithful(redis_url, arq_module):
+    """Without the picks' deadlines and the keys' TTLs, a lease taken before a tick merges with one after it: caught."""
+    from fence._explore import Outcome
+    from fence.targets import EXPLORER_BOUND, explore_target
+
+    class WithoutTime(arq_module.ArqLedger):
+        def snapshot(self):
+            picks, keys, *rest = super().snapshot()
+            return (tuple(p.reservation_id for p in picks), tuple(key[:3] for key in keys), *rest)
+
+    class Storage(arq_module.ArqStorage):
+        LEDGER = WithoutTime
+
+    storage = Storage(redis_url, guarded=True)
+    try:
+        found = explore_target(TARGETS["arq+guard"], storage, EXPLORER_BOUND, faithfulness=(20, 40))
+    finally:
+        storage.close()
+    assert found.unfaithful is not None and found.unfaithful.startswith("two states with one key"), found.unfaithful
+    assert not found.exhausted and all(r.outcome is not Outcome.PROVED for r in found.results.values())
