@@ -82,7 +82,9 @@ def test_with_failures_arqs_failed_finish_of_a_released_job_is_found_and_replays
         "arq", shipped, redis_url, "capacity_conserved",
         "job1#1: the ledger accepted fail on job1/r1, which was unused (the table allows nothing): it left the table",
     )
-    assert sentences[0].startswith("t=0: a worker reserves a unit for job1")
+    assert sentences[0].startswith("a worker reserves a unit for job1 as attempt job1#1")
+    released = next(i for i, s in enumerate(sentences) if "sees job1/r1 expired and frees its unit" in s)
+    assert sentences[-1].startswith("job1#1 fails") and released < len(sentences) - 1, sentences
 
 
 @pytest.mark.slow
