@@ -55,7 +55,7 @@ from arq.connections import ArqRedis, RedisSettings, create_pool
 from arq.constants import default_queue_name, in_progress_key_prefix, job_key_prefix, result_key_prefix
 from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 
-from fence.guard import Guard, Refused
+from fence.guard import Guard
 from fence.targets.images import RedisImage, RedisSession
 from fence.targets.protocol import (
     EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
@@ -140,13 +140,15 @@ class ArqLedger(TargetLedger):
         return bool(self._session.client.exists(in_progress_key_prefix + job_id))
 
     def _state(self, pick: Pick) -> ReservationState:
-        if self._latest(pick.job_id) is not pick or pick.reservation_id in self._released:
-            return S.UNUSED  # picked again by a newer attempt, or left for one
-        if not self._queued(pick.job_id):
+        if self._latest(pick.job_id) is not pick:
+            return S.UNUSED  # picked again by a newer attempt
+        if not self._queued(pick.job_id):  # finished, whoever called finish_job (a released pick's worker too)
             move = self._finished_by.get(pick.job_id)
             if move in FINISHED_UNUSED:
                 return S.UNUSED
             return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
+        if pick.reservation_id in self._released:
+            return S.UNUSED  # its in-progress key expired: left for the next start_jobs
         return S.OUTCOME_UNKNOWN if pick.reservation_id in self._held else S.RESERVED
 
     def _past_lease(self, pick: Pick) -> bool:
@@ -319,4 +321,4 @@ class ArqStorage(TargetStorage):
         self._open_session(lambda: Session(url))
 
 
-__all__ = ["TASK_NAME", "ArqLedger", "ArqStorage", "Refused", "attempt_id", "fresh_job_id", "guarded_task"]
+__all__ = ["TASK_NAME", "ArqLedger", "ArqStorage", "attempt_id", "fresh_job_id", "guarded_task"]
