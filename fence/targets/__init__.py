@@ -272,6 +272,33 @@ TARGETS: dict[str, Target] = {
             extra="dramatiq",
             explorable=True,
         ),
+        Target(
+            row="arq",
+            system="arq",
+            policy=POLICIES["naive"],
+            recovery="none of its own: a job whose in-progress key expired (job_timeout + 10 s) is picked again "
+            "by the next worker's start_jobs, under the same job id; finish_job(id) finishes whoever runs it",
+            time="every TTL (in-progress keys) is shortened in Redis, 60 s per tick",
+            server="redis",
+            storage="fence.targets.arq_redis:ArqStorage",
+            options={"guarded": False},
+            extra="arq",
+            explorable=True,
+        ),
+        Target(
+            row="arq+guard",
+            system="arq",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the task's side effect; a pick of a job that ran before runs "
+            "fence.targets.arq_redis.guarded_task's recovery instead of the body: abandon the earlier tries "
+            "unless one committed, then finish the job, or finish it and enqueue a fresh job id",
+            time="every TTL (in-progress keys) is shortened in Redis, 60 s per tick",
+            server="redis",
+            storage="fence.targets.arq_redis:ArqStorage",
+            options={"guarded": True},
+            extra="arq",
+            explorable=True,
+        ),
     )
 }
 

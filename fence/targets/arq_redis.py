@@ -1,0 +1,324 @@
+"""arq on Redis as a fence target: arq's own worker calls on a real Redis server are the ledger.
+
+Theory of operation
+-------------------
+arq keeps a job in three keys: ``arq:job:ID`` (the pickled call), its id in
+the ``arq:queue`` sorted set until the job finishes, and, while a worker runs
+it, ``arq:in-progress:ID`` with a TTL of the worker's ``in_progress_timeout_s``
+(``job_timeout + 10`` s). arq has no recovery step of its own: a worker that
+dies leaves its in-progress key to expire, and the next worker's poll
+(``Worker.start_jobs``) picks the job again, under the same id (arq #402).
+Nothing checks who finishes a job: ``Worker.finish_job(ID, ...)`` deletes the
+in-progress key and takes the id off the queue whoever calls it, so a stale
+worker's late finish finishes the retry's run.
+
+Every queue move is arq's own call, as its worker makes it:
+
+* a **reserve** is ``ArqRedis.enqueue_job('fence_ticket', key, _job_id=...)``
+  the first time (one job id per key, ``KEY#1``), then ``Worker.start_jobs([ID])``:
+  arq's WATCH/MULTI that sets the in-progress key (the ``run_job`` task it
+  spawns is cancelled before it starts: fence's world runs the body);
+* a **confirm** is ``Worker.finish_job(ID, finish=True, result)`` with a
+  success result, as ``run_job`` makes it after the body returned; a **failure**
+  the same call with the exception as result (``run_job``'s path for a task
+  that raised: the job is finished, failed, and never runs again);
+* a lease has **expired** when the job is still queued and its in-progress key
+  is gone (its TTL ran out): what ``start_jobs`` checks before it picks a job;
+* as shipped (``arq``, naive), the janitor's release is that expiry itself:
+  ``EXPIRE_AND_RELEASE`` is accepted once arq would pick the job again, and the
+  next reserve's ``start_jobs`` picks it, same id.
+
+Guarded (``arq+guard``, abandon-fenced): fence.guard on the side effect, the
+attempt named ``ID@try``; a pick of a job that ran before (``job_try > 1`` in
+the task's ``ctx``) runs the guard's recovery instead of the body
+(``guarded_task``): abandon the earlier tries unless one committed, then
+return (arq finishes the job) or enqueue a fresh job ``KEY#n+1`` and return.
+In the ledger that pick is the janitor's ``EXPIRE_AND_HOLD`` (``start_jobs``
+by the recovery's worker), its settle ``finish_job`` (``SETTLE_EXISTING``), or
+``finish_job`` and ``enqueue_job`` of the fresh id (``SETTLE_UNUSED``). A
+stale worker's finish of a finished job changes nothing in the queue and is
+refused; its commit is refused by the guard.
+
+Time: one tick is 60 s; moving the model on shortens every TTL
+(``RedisDatabase.move_time``), so an in-progress key of ``TIME.timeout(L)``
+seconds is gone from the tick the lease of L ticks runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from importlib.metadata import version
+
+from arq import Worker, func
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from arq.constants import default_queue_name, in_progress_key_prefix, job_key_prefix, result_key_prefix
+from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
+
+from fence.guard import Guard
+from fence.targets.images import RedisImage, RedisSession
+from fence.targets.protocol import (
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
+    TargetStorage, only_if_it_moves, refused_unless,
+)
+
+TIME = ModelTime(tick_seconds=60.0)
+TASK_NAME = "fence_ticket"
+S = ReservationState
+FINISHED_UNUSED = (Move.FAIL, Move.SETTLE_UNUSED)
+"""The finishes after which the job's effect is not the job's: a failure, the recovery's abandon."""
+
+
+# -- the recipe, as a user writes it ----------------------------------------------------------
+def attempt_id(job_id: str, job_try: int) -> str:
+    """One run of one arq job: its id and its try (arq counts tries in ``arq:retry:ID``)."""
+    return f"{job_id}@{job_try}"
+
+
+def fresh_job_id(job_id: str) -> str:
+    """The id of the job that runs a key afresh after the recovery abandoned ``job_id`` (``KEY#n`` -> ``KEY#n+1``)."""
+    key, _, number = job_id.rpartition("#")
+    return f"{key}#{int(number) + 1}"
+
+
+async def guarded_task(ctx: dict, guard: Guard, key: str, payload: str) -> str:
+    """The body of an arq task with fence.guard: a pick of a job that ran before runs the recovery instead.
+
+    ``job_try > 1`` means an earlier run was lost (its in-progress key
+    expired): abandon every earlier try unless one committed, and run the key
+    afresh on a new job id, so that a stale worker's late finish or commit can
+    never count for the new run. Returns what happened: ``written``,
+    ``existing`` or ``rerun``.
+    """
+    job_id, job_try = ctx["job_id"], ctx["job_try"]
+    if job_try > 1:
+        decisions = [guard.recover(key, attempt_id(job_id, earlier)).value for earlier in range(1, job_try)]
+        if "existing" in decisions:
+            return "existing"
+        await ctx["redis"].enqueue_job(TASK_NAME, key, payload, _job_id=fresh_job_id(job_id))
+        return "rerun"
+    with guard.attempt(key, attempt_id(job_id, job_try)) as attempt:
+        attempt.commit(payload)
+    return "written"
+
+
+# -- the ledger ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pick:
+    reservation_id: str
+    key: str
+    owner: str
+    job_id: str
+    deadline: float
+
+
+class ArqLedger(TargetLedger):
+    """A reserve is ``start_jobs`` (after ``enqueue_job``), a confirm or failure ``finish_job`` (see the module doc)."""
+
+    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        self._picks: dict[str, Pick] = {}
+        self._job_of: dict[str, str] = {}  # key -> the job id that runs it now
+        self._released: set[str] = set()  # as shipped: picks whose in-progress key expired, for a re-pick
+        self._held: set[str] = set()  # guarded: picks the recovery's worker picked again
+        self._finished_by: dict[str, Move] = {}  # arq keeps no word of which call finished a job
+        self._restoring(session.restorer)
+
+    # -- reading ----------------------------------------------------------------------------
+    def _records(self) -> dict[str, Pick]:
+        return self._picks
+
+    def _latest(self, job_id: str) -> Pick:
+        return [p for p in self._picks.values() if p.job_id == job_id][-1]
+
+    def _queued(self, job_id: str) -> bool:
+        self._reading()
+        return self._session.client.zscore(default_queue_name, job_id) is not None
+
+    def _in_progress(self, job_id: str) -> bool:
+        self._reading()
+        return bool(self._session.client.exists(in_progress_key_prefix + job_id))
+
+    def _state(self, pick: Pick) -> ReservationState:
+        if self._latest(pick.job_id) is not pick:
+            return S.UNUSED  # picked again by a newer attempt
+        if not self._queued(pick.job_id):  # finished, whoever called finish_job (a released pick's worker too)
+            move = self._finished_by.get(pick.job_id)
+            if move in FINISHED_UNUSED:
+                return S.UNUSED
+            return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
+        if pick.reservation_id in self._released:
+            return S.UNUSED  # its in-progress key expired: left for the next start_jobs
+        return S.OUTCOME_UNKNOWN if pick.reservation_id in self._held else S.RESERVED
+
+    def _past_lease(self, pick: Pick) -> bool:
+        """What start_jobs checks: the job is queued and no worker's in-progress key holds it."""
+        return (self._latest(pick.job_id) is pick and pick.reservation_id not in self._held
+                and self._queued(pick.job_id) and not self._in_progress(pick.job_id))
+
+    def snapshot(self) -> tuple:
+        return (tuple(self._picks.values()), self._session.database.snapshot(canonical_image(self.image()), self._now),
+                tuple(sorted(self._job_of.items())), tuple(sorted(self._released)), tuple(sorted(self._held)),
+                tuple(sorted((job, move.value) for job, move in self._finished_by.items())),
+                self.failures_caught(), tuple(sorted(self._count_by_key.items())), self._lease)
+
+    # -- moving -----------------------------------------------------------------------------
+    def _move_clock(self, ticks: float) -> None:
+        self._writing()
+        self._session.database.move_time(ticks)
+
+    def _start(self, job_id: str) -> bool:
+        """arq's ``Worker.start_jobs([job_id])``: did it set the in-progress key (pick the job)?"""
+        self._writing()
+        return self._session.start(self._lease, job_id)
+
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        self._judged_by(lease)
+        self._move_time(now)
+        if key not in self._job_of:
+            self._job_of[key] = f"{key}#1"
+            self._writing()
+            self._session.run(self._session.pool.enqueue_job(TASK_NAME, key, _job_id=self._job_of[key]))
+        job_id = self._job_of[key]
+        ran_before = any(p.job_id == job_id for p in self._picks.values())
+        if self.guarded and ran_before:
+            raise IllegalMove(f"reserve {key!r} for {owner!r}: job {job_id} ran before; a worker's pick of it runs "
+                              "the guard's recovery (the janitor's expire_and_hold), not the task")
+        if not self._start(job_id):
+            raise IllegalMove(f"reserve {key!r} for {owner!r}: arq's start_jobs did not pick job {job_id} "
+                              "(finished, or another worker's in-progress key holds it)")
+        pick = Pick(self._next_id(key), key, owner, job_id, (now or 0) + lease)
+        self._taken(key)
+        self._picks[pick.reservation_id] = pick
+        return self._reservation(pick)
+
+    def _finish(self, job_id: str, move: Move, success: bool) -> None:
+        """arq's ``Worker.finish_job``; accepted only if it took the job off the queue (arq refuses nothing)."""
+        self._writing()
+        only_if_it_moves(lambda: self._queued(job_id),
+                         lambda: self._session.finish(self._lease, job_id, success),
+                         f"arq's finish_job({job_id}) changed nothing: the job was finished already")
+        self._finished_by[job_id] = move
+
+    def _confirm(self, pick: Pick, move: Move) -> Pick:
+        self._finish(pick.job_id, move, success=True)
+        return self._latest(pick.job_id)
+
+    def _fail(self, pick: Pick) -> Pick:
+        if self.guarded:
+            return self._fail_through_guard(pick)
+        self._finish(pick.job_id, Move.FAIL, success=False)  # run_job: a task that raised is finished, failed
+        return self._latest(pick.job_id)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        pick = self._picks[reservation_id]
+        expiry = Move.EXPIRE_AND_HOLD if self.guarded else Move.EXPIRE_AND_RELEASE
+        if move is expiry:
+            refused_unless(self._state(pick) is S.RESERVED and self._past_lease(pick),
+                           f"{move.value} on {reservation_id}: job {pick.job_id} is not queued without an in-progress key")
+            if self.guarded:
+                refused_unless(self._start(pick.job_id), f"start_jobs did not pick job {pick.job_id} for the recovery")
+                self._held.add(reservation_id)
+            else:
+                self._released.add(reservation_id)  # arq's recovery is the expiry: the next start_jobs re-picks
+        elif self.guarded and move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
+            refused_unless(self._reservation(pick).state is S.OUTCOME_UNKNOWN,
+                           f"{move.value} on {reservation_id}: neither the recovery nor a caught failure holds it")
+            self._finish(pick.job_id, move, success=True)  # the recovery's task returns; arq finishes the job
+            if move is Move.SETTLE_UNUSED:
+                self._job_of[pick.key] = fresh_job_id(pick.job_id)
+                self._session.run(self._session.pool.enqueue_job(TASK_NAME, pick.key, _job_id=self._job_of[pick.key]))
+        else:
+            raise IllegalMove(f"{move.value} is not a move of arq's janitor ({'guarded' if self.guarded else 'as shipped'})")
+        self._failures_caught.discard(reservation_id)
+        return self._reservation(pick)
+
+
+def canonical_image(image: RedisImage) -> RedisImage:
+    """The image without what differs between equal states: enqueue and finish instants (queue scores, pickles)."""
+    keys = []
+    for name, kind, value in image.keys:
+        if name == default_queue_name.encode():
+            value = tuple((member, 0) for member, _ in value)
+        elif name.startswith(job_key_prefix.encode()):
+            function, args, kwargs, job_try, _ = deserialize_job_raw(value)
+            value = repr((function, args, kwargs, job_try))
+        elif name.startswith(result_key_prefix.encode()):
+            result = deserialize_result(value)
+            value = repr((result.success, result.job_try))
+        keys.append((name, kind, value))
+    return RedisImage(tuple(keys), image.ttls)
+
+
+class Session(RedisSession):
+    """arq's pool (``create_pool``) and a ``Worker`` per lease beside fence's client, on one event loop."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, TIME)
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.pool: ArqRedis = self.run(create_pool(RedisSettings.from_dsn(url)))
+        except Exception as error:
+            self.close()
+            raise BackendError(f"{url}: arq cannot reach Redis there ({error})") from None
+        self._workers: dict[float, Worker] = {}
+
+    def run(self, call):
+        return self.loop.run_until_complete(call)
+
+    def worker(self, lease: float) -> Worker:
+        """An arq Worker whose in-progress keys live ``TIME.timeout(lease)`` seconds (``job_timeout + 10``)."""
+        if lease not in self._workers:
+            asyncio.set_event_loop(self.loop)  # arq's Worker takes the current loop
+            self._workers[lease] = Worker(
+                functions=[func(never_run, name=TASK_NAME)], redis_pool=self.pool, handle_signals=False,
+                job_timeout=TIME.timeout(lease) - 10, keep_result=TIME.seconds(1000), poll_delay=0,
+            )
+        return self._workers[lease]
+
+    def start(self, lease: float, job_id: str) -> bool:
+        worker = self.worker(lease)
+        self.run(worker.start_jobs([job_id.encode()]))
+        task = worker.tasks.pop(job_id, None)
+        if task is None:
+            return False
+        task.cancel()  # run_job never starts: fence's world runs the body
+        self.run(asyncio.sleep(0))  # its done callback gives the worker's slot back
+        return True
+
+    def finish(self, lease: float, job_id: str, success: bool) -> None:
+        """``finish_job`` with the result ``run_job`` stores (the body's value, or its exception)."""
+        worker = self.worker(lease)
+        result = serialize_result(TASK_NAME, (), {}, 1, 0, success, "done" if success else RuntimeError("raised"),
+                                  0, 0, f"{job_id}:{TASK_NAME}", default_queue_name, job_id=job_id)
+        self.run(worker.finish_job(job_id, True, result, worker.keep_result_s, False, None, None))
+
+    def versions(self) -> dict[str, str]:
+        return {"arq": version("arq"), "redis-py": version("redis"), **super().versions()}
+
+    def close(self) -> None:
+        try:
+            if getattr(self, "pool", None) is not None:
+                self.run(self.pool.aclose())
+            self.loop.close()
+        finally:
+            super().close()
+
+
+async def never_run(ctx: dict, *args) -> None:
+    raise RuntimeError("fence's world runs this task's body itself")
+
+
+class ArqStorage(TargetStorage):
+    LEDGER = ArqLedger
+    WHAT = "an arq target"
+
+    def __init__(self, url: str, *, guarded: bool) -> None:
+        if not url.startswith(("redis://", "rediss://", "unix://")):
+            raise BackendError(f"{url!r}: arq needs a redis:// URL")
+        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
+        self.guarded = guarded
+        self._open_session(lambda: Session(url))
+
+
+__all__ = ["TASK_NAME", "ArqLedger", "ArqStorage", "attempt_id", "fresh_job_id", "guarded_task"]
