@@ -46,7 +46,7 @@ from importlib.metadata import version
 
 from dbos import DBOSClient
 from dbos._error import DBOSWorkflowConflictIDError
-from dbos._serialization import serialize_value
+from dbos._serialization import serialize_exception, serialize_value
 from dbos._utils import INTERNAL_QUEUE_NAME
 
 from fence import Decision
@@ -73,15 +73,18 @@ def attempt_id(workflow_id: str, recovery_attempts: int) -> str:
     return f"{workflow_id}#{recovery_attempts}"
 
 
-def recover_dead_executor(client: DBOSClient, guard: Guard, executor_id: str) -> list[tuple[str, Decision]]:
+def recover_dead_executor(
+    client: DBOSClient, guard: Guard, executor_id: str, *, app_version: str = APP,
+) -> list[tuple[str, Decision]]:
     """DBOS's recovery of a dead executor with fence's guard: what to call instead of ``recover_pending_workflows``.
 
     For each workflow PENDING on ``executor_id``: abandon its run unless it
     committed, then mark it SUCCESS (under the dead claim's token) or re-enqueue
     it for a fresh claim. A workflow its worker finished meanwhile is left alone.
+    ``app_version`` is the dead executor's application version, as DBOS's recovery names it.
     """
     sys_db, settled = client._sys_db, []
-    for pending in sys_db.get_pending_workflows(executor_id, APP):
+    for pending in sys_db.get_pending_workflows(executor_id, app_version):
         workflow_id = pending.workflow_id
         token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
         decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"]))
@@ -157,20 +160,25 @@ class DbosLedger(TargetLedger):
     def _move_clock(self, ticks: float) -> None:
         """Nothing on the server: DBOS compares none of its stored instants with a clock on this path."""
 
-    def _finish(self, claim: _Claim, status: str, *, error: bool = False) -> None:
+    def _finish(self, claim: _Claim, status: str) -> None:
         """The worker's step checkpoint and workflow outcome, owner-checked, as DBOS's worker writes them."""
-        sys_db, value = self._session.sys_db, _value(self._session.sys_db, None if error else claim.key)
+        sys_db = self._session.sys_db
+        if status == "ERROR":  # the step raised: its error is checkpointed, then the workflow's
+            value, serialization = serialize_exception(RuntimeError(f"{claim.reservation_id}'s step raised"), None,
+                                                       sys_db.serializer)
+            recorded, outcome = {"output": None, "error": value}, {"error": value}
+        else:
+            value, serialization = serialize_value(claim.key, None, sys_db.serializer)
+            recorded, outcome = {"output": value, "error": None}, {"output": value}
         self._writing()
         try:
             sys_db.record_operation_result({
                 "workflow_uuid": claim.key, "function_id": 1, "function_name": STEP, "started_at_epoch_ms": 0,
-                "output": None if error else value, "error": value if error else None,
-                "serialization": sys_db.serializer.name(), "child_workflow_id": None,
+                "serialization": serialization, "child_workflow_id": None, **recorded,
             }, completed_at_epoch_ms=0, owner_xid=claim.token)
         except DBOSWorkflowConflictIDError as refused:
             raise IllegalMove(f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint: {refused}") from None
-        landed = sys_db.update_workflow_outcome(claim.key, status, **{"error" if error else "output": value},
-                                                owner_xid=claim.token)
+        landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **outcome)
         refused_unless(landed, f"{status} by {claim.reservation_id}: DBOS did not record the outcome")
 
     def _confirm(self, claim: _Claim, move: Move) -> _Claim:
@@ -181,7 +189,7 @@ class DbosLedger(TargetLedger):
     def _fail(self, claim: _Claim) -> _Claim:
         if self.guarded:
             return self._fail_through_guard(claim)
-        self._finish(claim, "ERROR", error=True)
+        self._finish(claim, "ERROR")
         return self._latest(claim.key)
 
     def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
