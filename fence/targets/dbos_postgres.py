@@ -150,9 +150,13 @@ class DbosLedger(TargetLedger):
             return S.CONFIRMED_EXISTING if self._finished_by.get(claim.key) in EXISTING_MOVES else S.CONFIRMED
         return S.UNUSED  # ENQUEUED again (recovered), ERROR (failed), gone
 
+    def _silent(self, claim: _Claim) -> bool:
+        """Has its executor been silent for a lease at the ledger's clock (the recovery service's word)?"""
+        return self._lease is not None and self._now - claim.claimed_at >= TIME.timeout(self._lease) / TIME.tick_seconds
+
     def _past_lease(self, claim: _Claim) -> bool:
         """Its executor is silent for a lease, and DBOS's recovery query lists the workflow on it."""
-        if self._now - claim.claimed_at < TIME.timeout(self._lease) / TIME.tick_seconds:
+        if not self._silent(claim):
             return False
         self._reading()
         return any(p.workflow_id == claim.key for p in self._session.sys_db.get_pending_workflows(claim.executor_id, APP))
@@ -243,7 +247,7 @@ class DbosLedger(TargetLedger):
                 tuple(sorted((o["workflow_uuid"], o["error"] is None) for o in outputs)),
                 tuple(self._claims.values()), tuple(sorted((k, m.value) for k, m in self._finished_by.items())),
                 tuple(sorted(self._held)), self.failures_caught(), tuple(sorted(self._count_by_key.items())),
-                self._lease, self._now)
+                self._lease, tuple(self._silent(c) for c in self._claims.values()))
 
 
 class Session:
@@ -281,7 +285,8 @@ class Session:
 
     def load(self, image: tuple[str, ...]) -> None:
         with self.sys_db.engine.begin() as connection:
-            connection.exec_driver_sql(self._empty)
+            for table in reversed(TABLES):  # DELETE, not TRUNCATE: a copy's load is cheap on tables this small
+                connection.exec_driver_sql(f"DELETE FROM dbos.{table}")
             for table, rows in zip(TABLES, image):
                 connection.exec_driver_sql(f"INSERT INTO dbos.{table} SELECT * FROM "
                                            f"json_populate_recordset(NULL::dbos.{table}, %s::json)", (rows,))
