@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -137,6 +136,7 @@ def test_as_shipped_a_failed_workflow_is_error_for_good(shipped):
     assert broken is not None
 
 
+@pytest.mark.slow
 def test_the_shipped_rows_duplicate_replays_on_dbos_by_fence_replay(postgres_url, dbos_module, tmp_path):
     """check_target on the shipped row finds the duplicate; fence replay of its file breaks it again on DBOS."""
     checked = check_target("dbos", postgres_url, explore=False, out=tmp_path)
@@ -182,6 +182,7 @@ def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_th
         world.ledger.fail("job1", "job1#1")
 
 
+@pytest.mark.slow
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, dbos_module):
     """DBOS with fence.guard and failing workers: nothing broken, no lockstep difference, every danger reached (1x1)."""
     found = judge_target(TARGETS["dbos+guard"], postgres_url, configs=[ONE],

@@ -51,6 +51,7 @@ def guarded(postgres_url, dbos_module):
     storage.close()
 
 
+@pytest.mark.slow
 def test_the_explorer_finds_dboss_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
     """Breadth first on DBOS's recovery: a job written twice, whose path replays on another storage's emptied tables."""
     shipped_duplicate_replays("dbos", shipped, postgres_url)
