@@ -80,13 +80,16 @@ def recover_dead_executor(
 
     For each workflow PENDING on ``executor_id``: abandon its run unless it
     committed, then mark it SUCCESS (under the dead claim's token) or re-enqueue
-    it for a fresh claim. A workflow its worker finished meanwhile is left alone.
+    it for a fresh claim. A workflow its worker finished meanwhile is left alone. A dead executor's id must not
+    be reused while its recovery runs (Conductor's are unique): the run abandoned is the one on that executor.
     ``app_version`` is the dead executor's application version, as DBOS's recovery names it.
     """
     sys_db, settled = client._sys_db, []
     for pending in sys_db.get_pending_workflows(executor_id, app_version):
         workflow_id = pending.workflow_id
         token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
+        if status is None or (status["status"], status["executor_id"]) != ("PENDING", executor_id):
+            continue  # finished, or recovered and claimed by a live executor meanwhile: not the dead run's
         decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"]))
         if decision is Decision.EXISTING:
             done = sys_db.update_workflow_outcome(workflow_id, "SUCCESS", output=_value(sys_db, None), owner_xid=token)
@@ -218,7 +221,7 @@ class DbosLedger(TargetLedger):
     def apply(self, reservation_id: str, move: Move) -> Reservation:
         claim, sys_db = self._claims[reservation_id], self._session.sys_db
         if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            if self._state(claim) is not S.RESERVED or not self._past_lease(claim):
+            if self._reservation(claim).state is not S.RESERVED or not self._past_lease(claim):
                 raise IllegalMove(f"{move.value} on {reservation_id}: {claim.executor_id} is not dead with it PENDING")
             if move is Move.EXPIRE_AND_HOLD:
                 self._held.add(reservation_id)
