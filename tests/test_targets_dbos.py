@@ -249,7 +249,7 @@ try:
     assert stalled.wait(60), "DBOS's worker never started the workflow"
     # executor-a is declared dead while its run stalls: the guarded recovery runs instead of DBOS's.
     print("recovered", recover_dead_executor(client, guard, "executor-a", app_version="v1"))
-    print("result", handle.get_result())  # DBOS's queue worker claimed it again and ran it afresh
+    print("result", handle.get_result(polling_interval_sec=0.05))  # DBOS's queue worker claimed it again and ran it afresh
     wake.set()
     stale = handle.get_status()
     while len(refused) < 1:
@@ -260,7 +260,7 @@ try:
     with SetWorkflowID("t2"):
         failing = queue.enqueue(send_ticket, "t2", "raise")
     try:
-        failing.get_result()
+        failing.get_result(polling_interval_sec=0.05)
     except RuntimeError:
         pass
     steps = [(s["function_id"], s["error"] is not None) for s in client.list_workflow_steps("t2")]
