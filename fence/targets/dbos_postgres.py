@@ -80,9 +80,10 @@ def recover_dead_executor(
 
     For each workflow PENDING on ``executor_id``: abandon its run unless it
     committed, then mark it SUCCESS (under the dead claim's token) or re-enqueue
-    it for a fresh claim. A workflow its worker finished meanwhile is left alone. A dead executor's id must not
-    be reused while its recovery runs (Conductor's are unique): the run abandoned is the one on that executor.
-    ``app_version`` is the dead executor's application version, as DBOS's recovery names it.
+    it for a fresh claim. A workflow its worker finished meanwhile is left alone.
+    A dead executor's id must not be reused while its recovery runs (Conductor's
+    are unique): the run abandoned is the one on that executor. ``app_version``
+    is the dead executor's application version, as DBOS's recovery names it.
     """
     sys_db, settled = client._sys_db, []
     for pending in sys_db.get_pending_workflows(executor_id, app_version):
@@ -162,7 +163,8 @@ class DbosLedger(TargetLedger):
         if not self._silent(claim):
             return False
         self._reading()
-        return any(p.workflow_id == claim.key for p in self._session.sys_db.get_pending_workflows(claim.executor_id, APP))
+        pending = self._session.sys_db.get_pending_workflows(claim.executor_id, APP)
+        return any(p.workflow_id == claim.key for p in pending)
 
     def _move_clock(self, ticks: float) -> None:
         """Nothing on the server: DBOS compares none of its stored instants with a clock on this path."""
@@ -184,7 +186,8 @@ class DbosLedger(TargetLedger):
                 "serialization": serialization, "child_workflow_id": None, **recorded,
             }, completed_at_epoch_ms=0, owner_xid=claim.token)
         except DBOSWorkflowConflictIDError as refused:
-            raise IllegalMove(f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint: {refused}") from None
+            raise IllegalMove(f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint: {refused}") \
+                from None
         landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **outcome)
         refused_unless(landed, f"{status} by {claim.reservation_id}: DBOS did not record the outcome")
 
