@@ -18,6 +18,7 @@ Every test needs PostgreSQL (the session's cluster, see conftest.py) and dbos
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -221,7 +222,8 @@ stalled, wake, runs, refused = threading.Event(), threading.Event(), [], []
 def write_ticket(key, body):
     if body == "raise":
         raise RuntimeError("the step raised")
-    run = attempt_id(DBOS.workflow_id, DBOS.get_workflow_status(DBOS.workflow_id).recovery_attempts)
+    status = DBOS.get_workflow_status(DBOS.workflow_id)
+    run = attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)
     runs.append(run)
     with guard.attempt(key, run) as attempt:
         if len(runs) == 1:
@@ -298,8 +300,11 @@ def test_the_guard_in_a_workflow_run_by_dboss_own_worker(postgres_url, dbos_modu
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines["recovered"] == f"[('t1', {Decision.UNUSED!r})]"
     assert lines["result"] == "sent"
-    assert lines["runs"] == f"['t1#1', 't1#2'] refused [('t1#1', '{CommitResult.ABANDONED.value}')]"
-    assert lines["effects"] == "[('t1', 't1#2')]"
+    runs = re.fullmatch(r"\['(t1#1@\d+)', '(t1#2@\d+)'\] refused \[\('(t1#1@\d+)', '(\w+)'\)\]", lines["runs"])
+    assert runs is not None, lines["runs"]
+    stale, fresh, refused, why = runs.groups()
+    assert refused == stale and why == CommitResult.ABANDONED.value
+    assert lines["effects"] == f"[('t1', '{fresh}')]"
     assert lines["status"] == "SUCCESS 2"
     assert lines["failed"] == "ERROR [(1, True)]"
 

@@ -68,9 +68,16 @@ ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
 """What of a workflow decides an answer here; its instants decide none."""
 
 
-def attempt_id(workflow_id: str, recovery_attempts: int) -> str:
-    """One run's identity for the guard: the workflow and the dispatch count its claim wrote."""
-    return f"{workflow_id}#{recovery_attempts}"
+def attempt_id(workflow_id: str, recovery_attempts: int, dequeued_at: int | None) -> str:
+    """One run's identity for the guard: the workflow, the dispatch count and the instant its claim wrote.
+
+    The instant too, because ``resume_workflow`` and ``rewind_workflow`` reset the
+    count to 0: a run resumed after an abandoned one would otherwise take its
+    identity and be refused for good. In a step: ``status =
+    DBOS.get_workflow_status(DBOS.workflow_id)``, then ``attempt_id(DBOS.workflow_id,
+    status.recovery_attempts, status.dequeued_at)``.
+    """
+    return f"{workflow_id}#{recovery_attempts}@{dequeued_at}"
 
 
 def recover_dead_executor(
@@ -91,7 +98,8 @@ def recover_dead_executor(
         token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
         if status is None or (status["status"], status["executor_id"]) != ("PENDING", executor_id):
             continue  # finished, or recovered and claimed by a live executor meanwhile: not the dead run's
-        decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"]))
+        decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"],
+                                                      status["started_at_epoch_ms"]))
         if decision is Decision.EXISTING:
             done = sys_db.update_workflow_outcome(workflow_id, "SUCCESS", output=_value(sys_db, None), owner_xid=token)
         else:
