@@ -313,7 +313,7 @@ def test_without_dbos_the_target_is_one_line_naming_the_extra(monkeypatch, postg
     """A missing dbos package is BadInput naming the extra to install, before anything runs."""
     monkeypatch.setitem(sys.modules, "dbos", None)
     monkeypatch.delitem(sys.modules, "fence.targets.dbos_postgres", raising=False)
-    with pytest.raises(BadInput, match=r"dbos"):
+    with pytest.raises(BadInput, match=r"install it with pip install 'fence\[dbos\]'"):
         TARGETS["dbos"].open(postgres_url)
 
 
