@@ -299,6 +299,37 @@ TARGETS: dict[str, Target] = {
             extra="arq",
             explorable=True,
         ),
+        Target(
+            row="dbos",
+            system="dbos",
+            policy=POLICIES["naive"],
+            recovery="DBOS's recovery of a dead executor (recover_pending_workflows, as Conductor calls it): "
+            "get_pending_workflows(executor), then reenqueue_for_recovery puts the same workflow back to ENQUEUED "
+            "for the next claim, which re-runs every step not checkpointed",
+            time="no DBOS instant is compared with a clock on this path: fence's recovery service declares an "
+            "executor dead once a lease of ticks has passed since its claim (60 s per tick, nominal)",
+            server="postgres",
+            storage="fence.targets.dbos_postgres:DbosStorage",
+            options={"guarded": False},
+            extra="dbos",
+            explorable=True,
+        ),
+        Target(
+            row="dbos+guard",
+            system="dbos",
+            policy=POLICIES["abandon-fenced"],
+            recovery="fence.guard on the step's side effect; instead of DBOS's recovery, "
+            "fence.targets.dbos_postgres.recover_dead_executor: abandon the run unless it committed, then "
+            "update_workflow_outcome(SUCCESS) under the dead claim's token, or reenqueue_for_recovery for a fresh "
+            "claim (a fresh owner token: DBOS refuses the stale run's checkpoint and outcome)",
+            time="no DBOS instant is compared with a clock on this path: fence's recovery service declares an "
+            "executor dead once a lease of ticks has passed since its claim (60 s per tick, nominal)",
+            server="postgres",
+            storage="fence.targets.dbos_postgres:DbosStorage",
+            options={"guarded": True},
+            extra="dbos",
+            explorable=True,
+        ),
     )
 }
 

@@ -1,0 +1,341 @@
+"""DBOS (dbos-transact-py) on PostgreSQL as a fence target: its workflow table is the ledger.
+
+Theory of operation
+-------------------
+A job is a DBOS workflow whose id is the job's key, enqueued on a queue of its
+own (``DBOSClient.enqueue``), with one step that writes the ticket. Every
+ledger move is the system database call DBOS's own worker or recovery makes:
+
+* a **reserve** is a queue worker's claim, ``start_queued_workflows``: the row
+  goes ENQUEUED -> PENDING under a fresh executor id and a fresh ownership
+  token (``owner_xid``), and ``recovery_attempts`` counts the dispatch;
+* a **confirm** is what the worker does when the step returns: the step's
+  checkpoint (``record_operation_result``) and the workflow's outcome
+  (``update_workflow_outcome(SUCCESS)``), both owner-checked: a worker whose
+  token is no longer on the row is refused (DBOS "parks" it);
+* a **failure** (as shipped) is what the worker does when the step raises: the
+  step's error checkpoint and ``update_workflow_outcome(ERROR)``, owner-checked;
+  ERROR is final, DBOS never runs the workflow again;
+* **expiry and recovery**: DBOS keeps no lease. A workflow stays PENDING on its
+  executor until a recovery service (DBOS Conductor, or an operator) declares
+  that executor dead and calls DBOS's recovery for it
+  (``recover_pending_workflows``: ``get_pending_workflows(executor)``, then
+  ``reenqueue_for_recovery`` on each, back to ENQUEUED with no owner, on its own
+  queue). fence plays that service: an executor is dead once a lease has passed
+  since it last beat, and each attempt's executor beats once, at its claim
+  (model ticks; no instant in DBOS's tables is compared with a clock on this
+  path, so nothing on the server is moved). The retry is the next claim of the
+  same row: the naive policy's expire-and-release.
+
+Guarded (``fence.guard``): the step commits through ``guard.attempt(key,
+attempt_id)``, its attempt named by the workflow id and ``recovery_attempts``;
+``recover_dead_executor`` runs instead of DBOS's recovery: abandon the attempt
+unless it committed (``Guard.recover``), then complete the workflow
+(``update_workflow_outcome(SUCCESS)`` under the dead claim's token) or re-enqueue
+it (``reenqueue_for_recovery``). The rerun is a fresh claim with a fresh token,
+so DBOS itself refuses the stale worker's checkpoint and outcome; a fresh
+workflow id is not needed. A guarded step's failure goes to its guard
+(``_fail_through_guard``), never to DBOS's ERROR.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib.metadata import version
+
+from dbos import DBOSClient
+from dbos._error import DBOSWorkflowConflictIDError
+from dbos._serialization import serialize_exception, serialize_value
+from dbos._utils import INTERNAL_QUEUE_NAME
+
+from fence import Decision
+from fence.guard import Guard
+from fence.targets.protocol import (
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
+    TargetStorage, refused_unless,
+)
+
+TIME = ModelTime(tick_seconds=60.0)
+"""Nominal: a tick stands for a minute of an executor's silence; nothing on the server is moved."""
+APP = "fence"
+"""The application name and version every claim and recovery names."""
+TASK_NAME, STEP = "fence_ticket", "write_ticket"
+TABLES = ("workflow_status", "workflow_input", "operation_outputs", "workflow_output")
+"""DBOS's tables a world writes, in the order a load inserts them (a step's workflow first)."""
+S = ReservationState
+ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
+"""What of a workflow decides an answer here; its instants decide none."""
+
+
+def attempt_id(workflow_id: str, recovery_attempts: int, dequeued_at: int | None) -> str:
+    """One run's identity for the guard: the workflow, the dispatch count and the instant its claim wrote.
+
+    The instant too, because ``resume_workflow`` and ``rewind_workflow`` reset the
+    count to 0: a run resumed after an abandoned one would otherwise take its
+    identity and be refused for good. In a step: ``status =
+    DBOS.get_workflow_status(DBOS.workflow_id)``, then ``attempt_id(DBOS.workflow_id,
+    status.recovery_attempts, status.dequeued_at)``.
+    """
+    return f"{workflow_id}#{recovery_attempts}@{dequeued_at}"
+
+
+def recover_dead_executor(
+    client: DBOSClient, guard: Guard, executor_id: str, *, app_version: str = APP,
+) -> list[tuple[str, Decision]]:
+    """DBOS's recovery of a dead executor with fence's guard: what to call instead of ``recover_pending_workflows``.
+
+    For each workflow PENDING on ``executor_id``: abandon its run unless it
+    committed, then mark it SUCCESS (under the dead claim's token) or re-enqueue
+    it for a fresh claim. A workflow its worker finished meanwhile is left alone.
+    A dead executor's id must not be reused while its recovery runs (Conductor's
+    are unique): the run abandoned is the one on that executor. ``app_version``
+    is the dead executor's application version, as DBOS's recovery names it.
+    """
+    sys_db, settled = client._sys_db, []
+    for pending in sys_db.get_pending_workflows(executor_id, app_version):
+        workflow_id = pending.workflow_id
+        token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
+        if status is None or (status["status"], status["executor_id"]) != ("PENDING", executor_id):
+            continue  # finished, or recovered and claimed by a live executor meanwhile: not the dead run's
+        decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"],
+                                                      status["started_at_epoch_ms"]))
+        if decision is Decision.EXISTING:
+            done = sys_db.update_workflow_outcome(workflow_id, "SUCCESS", output=_value(sys_db, None), owner_xid=token)
+        else:
+            done = sys_db.reenqueue_for_recovery(workflow_id, [executor_id], INTERNAL_QUEUE_NAME)
+        if done:
+            settled.append((workflow_id, decision))
+    return settled
+
+
+def _value(sys_db, value) -> str:
+    return serialize_value(value, None, sys_db.serializer)[0]
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """One reservation: a claim of the key's workflow by an executor of its own, under its own token."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    executor_id: str
+    token: str
+    claimed_at: float
+    deadline: float
+
+
+class DbosLedger(TargetLedger):
+    """fence's ledger protocol on DBOS's system database (see the module doc)."""
+
+    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
+        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        self._claims: dict[str, _Claim] = {}
+        self._finished_by: dict[str, Move] = {}  # DBOS keeps no word on whether the ticket existed
+        self._held: set[str] = set()  # the guarded recovery's hold: its own record, DBOS has none
+        self._rows: dict[str, dict] | None = None
+        self._restoring(session.restorer)
+
+    def _forget_reads(self) -> None:
+        self._rows = None
+
+    def _workflows(self) -> dict[str, dict]:
+        if self._rows is None:
+            self._reading()
+            self._rows = {row["workflow_uuid"]: row for row in self._session.workflows()}
+        return self._rows
+
+    def _records(self) -> dict[str, _Claim]:
+        return self._claims
+
+    def _latest(self, key: str) -> _Claim:
+        return [c for c in self._claims.values() if c.key == key][-1]
+
+    def _state(self, claim: _Claim) -> ReservationState:
+        row = self._workflows().get(claim.key, {})
+        if self._latest(claim.key) is not claim:
+            return S.UNUSED  # re-enqueued, and claimed again by a newer attempt
+        if row.get("status") == "PENDING" and row["owner_xid"] == claim.token:
+            return S.OUTCOME_UNKNOWN if claim.reservation_id in self._held else S.RESERVED
+        if row.get("status") == "SUCCESS":
+            return S.CONFIRMED_EXISTING if self._finished_by.get(claim.key) in EXISTING_MOVES else S.CONFIRMED
+        return S.UNUSED  # ENQUEUED again (recovered), ERROR (failed), gone
+
+    def _silent(self, claim: _Claim) -> bool:
+        """Has its executor been silent for a lease at the ledger's clock (the recovery service's word)?"""
+        return self._lease is not None and self._now - claim.claimed_at >= TIME.timeout(self._lease) / TIME.tick_seconds
+
+    def _past_lease(self, claim: _Claim) -> bool:
+        """Its executor is silent for a lease, and DBOS's recovery query lists the workflow on it."""
+        if not self._silent(claim):
+            return False
+        self._reading()
+        pending = self._session.sys_db.get_pending_workflows(claim.executor_id, APP)
+        return any(p.workflow_id == claim.key for p in pending)
+
+    def _move_clock(self, ticks: float) -> None:
+        """Nothing on the server: DBOS compares none of its stored instants with a clock on this path."""
+
+    def _finish(self, claim: _Claim, status: str) -> None:
+        """The worker's step checkpoint and workflow outcome, owner-checked, as DBOS's worker writes them."""
+        sys_db = self._session.sys_db
+        if status == "ERROR":  # the step raised: its error is checkpointed, then the workflow's
+            value, serialization = serialize_exception(RuntimeError(f"{claim.reservation_id}'s step raised"), None,
+                                                       sys_db.serializer)
+            recorded, outcome = {"output": None, "error": value}, {"error": value}
+        else:
+            value, serialization = serialize_value(claim.key, None, sys_db.serializer)
+            recorded, outcome = {"output": value, "error": None}, {"output": value}
+        self._writing()
+        try:
+            sys_db.record_operation_result({
+                "workflow_uuid": claim.key, "function_id": 1, "function_name": STEP, "started_at_epoch_ms": 0,
+                "serialization": serialization, "child_workflow_id": None, **recorded,
+            }, completed_at_epoch_ms=0, owner_xid=claim.token)
+        except DBOSWorkflowConflictIDError as refused:
+            raise IllegalMove(f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint: {refused}") \
+                from None
+        landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **outcome)
+        refused_unless(landed, f"{status} by {claim.reservation_id}: DBOS did not record the outcome")
+
+    def _confirm(self, claim: _Claim, move: Move) -> _Claim:
+        self._finish(claim, "SUCCESS")
+        self._finished_by[claim.key] = move
+        return self._latest(claim.key)
+
+    def _fail(self, claim: _Claim) -> _Claim:
+        if self.guarded:
+            return self._fail_through_guard(claim)
+        self._finish(claim, "ERROR")
+        return self._latest(claim.key)
+
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        self._judged_by(lease)
+        self._move_time(now)
+        published = key in self._workflows()
+        self._writing()
+        queue = self._session.queue(key)
+        if not published:
+            self._session.client.enqueue({"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key,
+                                          "app_version": APP}, key)
+        rid = self._next_id(key)
+        claim = _Claim(rid, key, owner, f"executor-{rid}", f"claim-{rid}", now or 0, (now or 0) + lease)
+        claimed, _ = self._session.sys_db.start_queued_workflows(queue, claim.executor_id, APP, None, 0,
+                                                                 owner_xid=claim.token)
+        if not claimed:
+            raise IllegalMove(f"reserve {key!r} for {owner!r}: no workflow ENQUEUED on DBOS queue {key!r} to claim")
+        self._taken(key)
+        self._claims[rid] = claim
+        return self._reservation(claim)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        claim, sys_db = self._claims[reservation_id], self._session.sys_db
+        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
+            if self._reservation(claim).state is not S.RESERVED or not self._past_lease(claim):
+                raise IllegalMove(f"{move.value} on {reservation_id}: {claim.executor_id} is not dead with it PENDING")
+            if move is Move.EXPIRE_AND_HOLD:
+                self._held.add(reservation_id)
+                return self._reservation(claim)
+        if move in (Move.EXPIRE_AND_RELEASE, Move.SETTLE_UNUSED):
+            self._writing()  # DBOS's recovery of the dead executor's workflow
+            refused_unless(sys_db.reenqueue_for_recovery(claim.key, [claim.executor_id], INTERNAL_QUEUE_NAME),
+                           f"{move.value} on {reservation_id}: nothing PENDING on {claim.executor_id} to re-enqueue")
+        elif move is Move.SETTLE_EXISTING:
+            self._writing()
+            refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=_value(sys_db, claim.key),
+                                                          owner_xid=claim.token),
+                           f"{move.value} on {reservation_id}: the workflow is no longer PENDING under its claim")
+            self._finished_by[claim.key] = move
+        else:
+            raise IllegalMove(f"{move.value} is an owner's move, not the janitor's")
+        self._failures_caught.discard(reservation_id)
+        return self._reservation(claim)
+
+    def snapshot(self) -> tuple:
+        """The workflows as far as they decide an answer (``ROW``), which steps are checkpointed (output or
+        error), which outcomes stored, and fence's own records; DBOS's instants and serialized values left out."""
+        workflows, _, steps, outputs = (json.loads(text) for text in self.image())
+        return (tuple(sorted((w["workflow_uuid"],) + tuple(w[k] for k in ROW) for w in workflows)),
+                tuple(sorted((s["workflow_uuid"], s["function_id"], s["error"] is None) for s in steps)),
+                tuple(sorted((o["workflow_uuid"], o["error"] is None) for o in outputs)),
+                tuple(self._claims.values()), tuple(sorted((k, m.value) for k, m in self._finished_by.items())),
+                tuple(sorted(self._held)), self.failures_caught(), tuple(sorted(self._count_by_key.items())),
+                self._lease, tuple(self._silent(c) for c in self._claims.values()))
+
+
+class Session:
+    """One DBOSClient on the system database (schema ``dbos``, migrated once), and the tables' image."""
+
+    def __init__(self, url: str) -> None:
+        try:
+            self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
+        except Exception as error:
+            raise BackendError(f"{url}: cannot open DBOS's system database there ({error})") from None
+        self.sys_db = self.client._sys_db
+        with self.sys_db.engine.begin() as connection:
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
+            self.sys_db.run_migrations()
+        self.queues: dict = {}
+        self.restorer = Restorer()
+
+    def queue(self, name: str):
+        """The key's queue (configuration, not state: registered once, kept across worlds)."""
+        if name not in self.queues:
+            if self.client.retrieve_queue(name) is None:
+                self.client.register_queue(name)
+            self.queues[name] = self.client.retrieve_queue(name)
+        return self.queues[name]
+
+    def workflows(self) -> list[dict]:
+        with self.sys_db.engine.connect() as connection:
+            return [dict(r._mapping) for r in connection.exec_driver_sql(
+                "SELECT workflow_uuid, status, executor_id, owner_xid FROM dbos.workflow_status")]
+
+    def dump(self) -> tuple[str, ...]:
+        """Each table's rows as JSON text, in a fixed order (the image the explorer copies a world by)."""
+        with self.sys_db.engine.connect() as connection:
+            return tuple(connection.exec_driver_sql(self._dump).one())
+
+    def load(self, image: tuple[str, ...]) -> None:
+        with self.sys_db.engine.begin() as connection:
+            for table in reversed(TABLES):  # DELETE, not TRUNCATE: a copy's load is cheap on tables this small
+                connection.exec_driver_sql(f"DELETE FROM dbos.{table}")
+            for table, rows in zip(TABLES, image):
+                connection.exec_driver_sql(f"INSERT INTO dbos.{table} SELECT * FROM "
+                                           f"json_populate_recordset(NULL::dbos.{table}, %s::json)", (rows,))
+
+    _dump = "SELECT " + ", ".join(f"(SELECT coalesce(json_agg(t ORDER BY t::text), '[]') FROM dbos.{t} t)::text"
+                                  for t in TABLES)
+    _empty = "TRUNCATE " + ", ".join(f"dbos.{t}" for t in TABLES) + " CASCADE"
+
+    def empty(self) -> None:
+        self.restorer.release()
+        with self.sys_db.engine.begin() as connection:
+            connection.exec_driver_sql(self._empty)
+
+    def versions(self) -> dict[str, str]:
+        with self.sys_db.engine.connect() as connection:
+            server = connection.exec_driver_sql("SHOW server_version").scalar()
+        return {"dbos": version("dbos"), "postgresql": server}
+
+    def close(self) -> None:
+        self.client.destroy()
+
+
+class DbosStorage(TargetStorage):
+    """World factories on DBOS: each world starts on emptied DBOS tables; the ticket goes to fence's in-memory
+    destination (the system under test is the workflow table)."""
+
+    LEDGER = DbosLedger
+    WHAT = "a DBOS target"
+
+    def __init__(self, url: str, *, guarded: bool) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            raise BackendError(f"{url!r}: DBOS runs here on PostgreSQL; give a postgresql:// URL")
+        super().__init__("memory:")
+        self.guarded = guarded
+        self._open_session(lambda: Session(url))
+
+
+__all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor"]

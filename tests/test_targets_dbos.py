@@ -1,0 +1,327 @@
+"""DBOS on PostgreSQL, a target: fence's machines on the real library and its system database.
+
+As shipped (a dead executor's pending workflows re-enqueued by DBOS's own
+recovery, the next claim re-running every step not checkpointed) it is fence's
+naive policy: the machines find its duplicate write, and ``fence replay``
+breaks it again on DBOS. Unlike procrastinate, pgqueuer and celery, a stale
+worker's completion is refused: every claim writes an ownership token
+(``owner_xid``), and DBOS checks it at the step checkpoint and at the outcome.
+A worker whose step raised is ERROR at once, for good (the lockstep's finding).
+With fence.guard on the step and ``recover_dead_executor`` instead of DBOS's
+recovery, the machines find nothing and reach every danger, the failure path's
+included, and the guard works in a workflow run by DBOS's own queue worker.
+
+Every test needs PostgreSQL (the session's cluster, see conftest.py) and dbos
+(the test extra): skipped without them locally, failed under CI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fence._destination import CommitResult
+from fence._errors import BadInput
+from fence._invariants import BY_NAME, required_dangers
+from fence._lockstep import replay_in_lockstep, without_refusal_reasons
+from fence._minimise import replay_actions
+from fence._policies import POLICIES, Decision
+from fence._verdicts import Verdict, profile_settings
+from fence._world import (
+    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
+)
+from fence.targets import TARGETS, judge_target
+from fence.targets.protocol import IllegalMove, Move
+from fence.testing import check_target
+
+pytestmark = pytest.mark.postgres
+
+ONE = ModelConfig(capacity=1, jobs=1)
+ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
+NAIVE, GUARDED = POLICIES["naive"], POLICIES["abandon-fenced"]
+GUARDED_EXAMPLES = 40
+"""Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
+
+
+@pytest.fixture(scope="module")
+def dbos_module():
+    try:
+        import fence.targets.dbos_postgres as module
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the DBOS target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"dbos is not installed ({error}): pip install -e '.[test]'")
+    return module
+
+
+@pytest.fixture
+def shipped(postgres_url, dbos_module):
+    storage = TARGETS["dbos"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def guarded(postgres_url, dbos_module):
+    storage = TARGETS["dbos+guard"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+def _on(storage, policy, config=ONE) -> World:
+    return World(policy, config, storage.destination_factory, storage.ledger_factory)
+
+
+def _row(storage, workflow_id: str) -> dict:
+    return storage.session.sys_db.get_workflow_status(workflow_id)
+
+
+# -- the protocol, read back from DBOS's tables --------------------------------------------------
+def test_a_claim_is_dboss_own_and_expires_only_with_its_executor(shipped):
+    """A reserve is a claim under an executor and a token of its own; the lease runs out at the model's tick, not before."""
+    ledger = _on(shipped, NAIVE).ledger
+    first = ledger.reserve("job1", "job1#1", 0, 2)
+    row = _row(shipped, "job1")
+    assert first.state.value == "reserved"
+    assert (row["status"], row["executor_id"], row["recovery_attempts"]) == ("PENDING", "executor-job1/r1", 1)
+    assert ledger.expired(1) == [] and [r.reservation_id for r in ledger.expired(2)] == ["job1/r1"]
+    # DBOS's recovery of the dead executor puts the same workflow back; the next claim takes it again.
+    assert ledger.apply("job1/r1", Move.EXPIRE_AND_RELEASE).state.value == "unused"
+    assert _row(shipped, "job1")["status"] == "ENQUEUED"
+    assert ledger.reserve("job1", "job1#2", 2, 2).state.value == "reserved"
+    assert (_row(shipped, "job1")["executor_id"], _row(shipped, "job1")["recovery_attempts"]) == ("executor-job1/r2", 2)
+    # The retry's executor is alive: nothing more to recover, and a second recovery of the dead one touches nothing.
+    assert ledger.expired(3) == []
+    with pytest.raises(IllegalMove, match="not dead with it PENDING"):
+        ledger.apply("job1/r1", Move.EXPIRE_AND_RELEASE)
+
+
+# A worker outlives its lease: DBOS's recovery re-enqueues its workflow, a retry claims it,
+# and the first worker's step finishes and completes.
+STALE_COMPLETION = [
+    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
+    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
+    Confirm("job1#1"),
+]
+
+
+def test_a_stale_workers_completion_is_refused_by_dboss_ownership_token(shipped):
+    """Unlike the other shipped queues, DBOS refuses the first worker's checkpoint after a retry claimed: as the model does."""
+    world = _on(shipped, NAIVE)
+    assert replay_in_lockstep(STALE_COMPLETION, world, World(NAIVE, ONE), same_story=without_refusal_reasons) is None
+    assert "no longer owned by this execution" in world.trace[-1].sentence
+    assert world.ledger.get("job1/r2").state.value == "reserved"  # the retry still owns the workflow
+    # ...but the ticket was written twice all the same: the guard is what stops that.
+    retry_commits = [Start("job1#2"), Deliver("register", "job1#2"), SendCommit("job1#2"), Deliver("commit", "job1#2")]
+    broken = replay_actions(NAIVE, ONE, STALE_COMPLETION + retry_commits, BY_NAME["no_duplicate_writes"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None and broken.message == "job1 was written 2 times"
+
+
+def test_as_shipped_a_failed_workflow_is_error_for_good(shipped):
+    """DBOS's worker marks a workflow whose step raised ERROR at once, where the model holds it for the janitor."""
+    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, NAIVE, ONE_FAILING),
+                                    World(NAIVE, ONE_FAILING), same_story=without_refusal_reasons)
+    assert difference is not None and difference.what == "fail: the step's story"
+    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    assert _row(shipped, "job1")["status"] == "ERROR"
+    (step,) = shipped.session.sys_db.list_workflow_steps("job1")
+    assert step["function_id"] == 1 and isinstance(step["error"], RuntimeError)  # a rerun would replay the failure
+    broken = replay_actions(NAIVE, ONE_FAILING, [Reserve("job1"), Fail("job1#1")], BY_NAME["everything_settles"],
+                            shipped.destination_factory, shipped.ledger_factory)
+    assert broken is not None
+
+
+@pytest.mark.slow
+def test_the_shipped_rows_duplicate_replays_on_dbos_by_fence_replay(postgres_url, dbos_module, tmp_path):
+    """check_target on the shipped row finds the duplicate; fence replay of its file breaks it again on DBOS."""
+    checked = check_target("dbos", postgres_url, explore=False, out=tmp_path)
+    path = checked.replay_file("no_duplicate_writes")
+    assert path == tmp_path / "dbos__naive__no_duplicate_writes.json"
+    result = subprocess.run([sys.executable, "-m", "fence", "replay", str(path), "--postgres", postgres_url],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "target dbos," in result.stdout and "BROKEN on the real system (dbos " in result.stdout
+
+
+# -- with the guard -------------------------------------------------------------------------------
+STALE_SETTLE = [
+    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
+    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
+]
+
+
+def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
+    """A second janitor's late re-enqueue names the dead executor, which no longer has the workflow: refused, as in the model."""
+    world = _on(guarded, GUARDED)
+    assert replay_in_lockstep(STALE_SETTLE, world, World(GUARDED, ONE), same_story=without_refusal_reasons) is None
+    assert world.trace[-1].sentence.endswith("the ledger refuses")
+    assert world.ledger.get("job1/r2").state.value == "reserved"
+
+
+FAILURE_AFTER_EFFECT = [
+    Reserve("job1"), Start("job1#1"), SendCommit("job1#1"), Deliver("commit", "job1#1"), Fail("job1#1"),
+    Probe(0, "job1/r1"), Settle(0, "job1/r1"),
+]
+
+
+def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_the_model(guarded):
+    """Guarded, DBOS's ERROR is never written: the failure is the guard's until the settle completes the workflow."""
+    world, mirror = _on(guarded, GUARDED, ONE_FAILING), World(GUARDED, ONE_FAILING)
+    assert replay_in_lockstep(FAILURE_AFTER_EFFECT[:5], world, mirror, same_story=without_refusal_reasons) is None
+    assert world.trace[-1].sentence == "job1#1 fails after its effect landed and reports it: job1/r1 is outcome_unknown"
+    assert _row(guarded, "job1")["status"] == "PENDING" and world.reached["failure_after_effect"] == 1
+    assert replay_in_lockstep(FAILURE_AFTER_EFFECT[5:], world, mirror, same_story=without_refusal_reasons) is None
+    assert world.ledger.get("job1/r1").state.value == "confirmed_existing" and _row(guarded, "job1")["status"] == "SUCCESS"
+    # A second failure report of the same worker has nothing of its own left to act on.
+    with pytest.raises(IllegalMove, match="guard's wrapper settles only a job its worker still holds"):
+        world.ledger.fail("job1", "job1#1")
+
+
+@pytest.mark.slow
+def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, dbos_module):
+    """DBOS with fence.guard and failing workers: nothing broken, no lockstep difference, every danger reached (1x1)."""
+    found = judge_target(TARGETS["dbos+guard"], postgres_url, configs=[ONE],
+                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False, failures=True)
+    report = found.report
+    assert {name: cell.verdict for name, cell in report.cells.items()} == {
+        name: Verdict.NOT_FOUND for name in report.cells
+    }, {name: cell.detail for name, cell in report.cells.items()}
+    reached = report.reached[ONE_FAILING]
+    assert all(reached[d.name] > 0 for d in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
+    assert reached["failure_after_effect"] > 0
+    assert found.lockstep_findings == []
+
+
+@pytest.mark.slow
+def test_the_guarded_row_holds_at_both_configurations(postgres_url, dbos_module):
+    """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each, failures on: nothing found."""
+    found = judge_target(TARGETS["dbos+guard"], postgres_url, run_settings=profile_settings(150, 30), explore=False,
+                         failures=True)
+    assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
+    assert found.lockstep_findings == []
+
+
+# -- inside DBOS's own worker ---------------------------------------------------------------------
+WORKER = r'''
+import sys, threading
+from dbos import DBOS, DBOSClient, SetWorkflowID
+from fence.guard import Guard, Refused
+from fence.targets.dbos_postgres import attempt_id, recover_dead_executor
+
+url, guard_url, schema = sys.argv[1:4]
+guard = Guard.open(guard_url)
+stalled, wake, runs, refused = threading.Event(), threading.Event(), [], []
+
+@DBOS.step()
+def write_ticket(key, body):
+    if body == "raise":
+        raise RuntimeError("the step raised")
+    status = DBOS.get_workflow_status(DBOS.workflow_id)
+    run = attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)
+    runs.append(run)
+    with guard.attempt(key, run) as attempt:
+        if len(runs) == 1:
+            stalled.set()
+            wake.wait(60)  # the first run stalls here, its effect not yet written
+        try:
+            attempt.commit(body)
+        except Refused as error:
+            refused.append((run, error.result.value))
+            raise
+
+@DBOS.workflow()
+def send_ticket(key, body):
+    write_ticket(key, body)
+    return "sent"
+
+DBOS(config={"name": "tickets", "system_database_url": url, "application_version": "v1",
+             "executor_id": "executor-a", "dbos_system_schema": schema, "log_level": "ERROR"})
+DBOS.launch()
+client = DBOSClient(system_database_url=url, application_name="tickets", dbos_system_schema=schema)
+try:
+    queue = DBOS.register_queue("tickets", polling_interval_sec=0.05)
+    with SetWorkflowID("t1"):
+        handle = queue.enqueue(send_ticket, "t1", "hello")
+    assert stalled.wait(60), "DBOS's worker never started the workflow"
+    # executor-a is declared dead while its run stalls: the guarded recovery runs instead of DBOS's.
+    print("recovered", recover_dead_executor(client, guard, "executor-a", app_version="v1"))
+    print("result", handle.get_result(polling_interval_sec=0.05))  # DBOS's queue worker claimed it again and ran it afresh
+    wake.set()
+    stale = handle.get_status()
+    while len(refused) < 1:
+        threading.Event().wait(0.05)
+    print("runs", runs, "refused", refused)
+    print("effects", [(e.key, e.attempt_id) for e in guard.destination.effects()])
+    print("status", stale.status, stale.recovery_attempts)
+    with SetWorkflowID("t2"):
+        failing = queue.enqueue(send_ticket, "t2", "raise")
+    try:
+        failing.get_result(polling_interval_sec=0.05)
+    except RuntimeError:
+        pass
+    steps = [(s["function_id"], s["error"] is not None) for s in client.list_workflow_steps("t2")]
+    print("failed", failing.get_status().status, steps)
+finally:
+    wake.set()
+    DBOS.destroy(destroy_registry=True)
+    client.destroy()
+    guard.close()
+'''
+
+
+def test_the_guard_in_a_workflow_run_by_dboss_own_worker(postgres_url, dbos_module, tmp_path):
+    """A stalled run abandoned by recover_dead_executor, the workflow run afresh by DBOS's queue worker, the stale commit refused.
+
+    In a process of its own (DBOS is one instance per process): a launched DBOS
+    whose queue worker claims the workflow; its step registers its attempt and
+    stalls; the executor is declared dead and the guarded recovery abandons
+    that attempt and re-enqueues the workflow; DBOS's worker claims it again and
+    the fresh run commits; the stalled run wakes, its commit is refused, and DBOS
+    parks it (its checkpoint is refused too). A step that raises, unguarded,
+    leaves the workflow ERROR with the step's error checkpointed: what the
+    shipped row's ``fail`` writes.
+    """
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    import psycopg
+
+    schema = "dbos_worker_test"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:  # DBOS launches on a schema of its own, new
+        connection.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    result = subprocess.run([sys.executable, str(script), postgres_url, f"sqlite://{tmp_path}/guard.db", schema],
+                            capture_output=True, text=True, timeout=120, cwd=Path(__file__).parent.parent)
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert lines["recovered"] == f"[('t1', {Decision.UNUSED!r})]"
+    assert lines["result"] == "sent"
+    runs = re.fullmatch(r"\['(t1#1@\d+)', '(t1#2@\d+)'\] refused \[\('(t1#1@\d+)', '(\w+)'\)\]", lines["runs"])
+    assert runs is not None, lines["runs"]
+    stale, fresh, refused, why = runs.groups()
+    assert refused == stale and why == CommitResult.ABANDONED.value
+    assert lines["effects"] == f"[('t1', '{fresh}')]"
+    assert lines["status"] == "SUCCESS 2"
+    assert lines["failed"] == "ERROR [(1, True)]"
+
+
+def test_without_dbos_the_target_is_one_line_naming_the_extra(monkeypatch, postgres_url):
+    """A missing dbos package is BadInput naming the extra to install, before anything runs."""
+    monkeypatch.setitem(sys.modules, "dbos", None)
+    monkeypatch.delitem(sys.modules, "fence.targets.dbos_postgres", raising=False)
+    with pytest.raises(BadInput, match=r"install it with pip install 'fence\[dbos\]'"):
+        TARGETS["dbos"].open(postgres_url)
+
+
+@pytest.mark.parametrize("move", [Move.CONFIRM, Move.SETTLE_EXISTING])
+def test_unknown_moves_are_refused_in_words(guarded, move):
+    """An owner's move given to apply, or a settle of a workflow nobody holds, is refused naming the reservation."""
+    ledger = _on(guarded, GUARDED).ledger
+    ledger.reserve("job1", "job1#1", 0, 2)
+    ledger.confirm("job1", "job1#1")
+    with pytest.raises(IllegalMove, match="job1/r1|owner's move"):
+        ledger.apply("job1/r1", move)

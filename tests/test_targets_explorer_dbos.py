@@ -1,0 +1,131 @@
+"""The exhaustive explorer on DBOS: the same world, copied by restoring DBOS's tables.
+
+DBOS's ledger is restorable: its image is the four tables a world writes
+(``workflow_status``, ``workflow_input``, ``operation_outputs``,
+``workflow_output``) as JSON, loaded after deleting theirs; its snapshot keeps
+of each workflow only what decides an answer (status, executor, ownership
+token, dispatch count, queue) and, per claim, whether its executor is silent
+for a lease. Here: DBOS's own recovery is violated and the explorer's
+counterexample replays on a fresh database; a restore or snapshot that forgets
+something is caught; with ``--run-slow``, the guarded row is proved within
+``TARGET_BOUND`` (workers that may fail) with every danger reached.
+
+Every test needs PostgreSQL and dbos (see tests/test_targets_dbos.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fence._explore import Outcome
+from fence._invariants import required_dangers
+from fence._policies import POLICIES
+from fence.targets import TARGET_BOUND, TARGETS, explore_target
+from tests.target_explorer_checks import FAITHFULNESS, shipped_duplicate_replays
+
+pytestmark = pytest.mark.postgres
+
+GUARDED = POLICIES["abandon-fenced"]
+LOADS_AT_LEAST = 10_000
+"""Restores the guarded walk must make on DBOS's tables (11,259 measured at TARGET_BOUND)."""
+
+
+@pytest.fixture(scope="module")
+def dbos_module():
+    try:
+        import fence.targets.dbos_postgres as module
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the DBOS target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"dbos is not installed ({error}): pip install -e '.[test]'")
+    return module
+
+
+@pytest.fixture
+def shipped(postgres_url, dbos_module):
+    storage = TARGETS["dbos"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def guarded(postgres_url, dbos_module):
+    storage = TARGETS["dbos+guard"].open(postgres_url)
+    yield storage
+    storage.close()
+
+
+@pytest.mark.slow
+def test_the_explorer_finds_dboss_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
+    """Breadth first on DBOS's recovery: a job written twice, whose path replays on another storage's emptied tables."""
+    shipped_duplicate_replays("dbos", shipped, postgres_url)
+
+
+@pytest.mark.slow
+def test_the_explorer_proves_the_guarded_row_with_failing_workers_and_reaches_every_danger(guarded):
+    """DBOS with fence.guard, every interleaving within TARGET_BOUND: nothing broken, failure_after_effect reached too.
+
+    ``guarded_row_proved``'s checks, but for how often the copies took turns on
+    the server: there a walk loads more images than it has states, because a
+    tick writes the server on those targets (heartbeats, delivery times). Here
+    a tick and the destination's deliveries never reach DBOS's tables, so many
+    transitions load nothing; the walk must still have restored thousands of
+    times (11,259 loads for 11,681 states and 57,530 transitions, measured).
+    """
+    found = explore_target(TARGETS["dbos+guard"], guarded, TARGET_BOUND, faithfulness=FAITHFULNESS)
+    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
+    assert found.exhausted and found.states > 100 and found.transitions > found.states
+    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
+    assert found.missing_dangers() == [] and found.reached["failure_after_effect"] > 0
+    assert all(found.reached[d.name] > 0 for d in required_dangers(GUARDED, TARGET_BOUND))
+    assert found.outcome() is Outcome.PROVED
+    assert guarded.session.restorer.loads > LOADS_AT_LEAST
+
+
+# -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
+def _forget_the_owner_tokens(module, monkeypatch):
+    """A load that writes every workflow back with no ownership token: a copy's claims are no longer its own."""
+    import json
+
+    real = module.Session.load
+
+    def tokenless(self, image):
+        workflows = [{**row, "owner_xid": None} for row in json.loads(image[0])]
+        real(self, (json.dumps(workflows),) + image[1:])
+
+    monkeypatch.setattr(module.Session, "load", tokenless)
+
+
+def _snapshot_without_time(module, monkeypatch):
+    """A snapshot that drops when each claim was made and whether its executor is silent: when a lease runs out."""
+    real = module.DbosLedger.snapshot
+
+    def timeless(self):
+        workflows, steps, outputs, claims, *rest, _silent = real(self)
+        claims = tuple((c.reservation_id, c.key, c.owner, c.executor_id, c.token) for c in claims)
+        return (workflows, steps, outputs, claims, *rest)
+
+    monkeypatch.setattr(module.DbosLedger, "snapshot", timeless)
+
+
+CAUGHT = {
+    # mutation: the row it is walked on
+    _forget_the_owner_tokens: "dbos",
+    _snapshot_without_time: "dbos+guard",
+}
+
+
+@pytest.mark.parametrize("mutation", list(CAUGHT), ids=lambda mutation: mutation.__name__.strip("_"))
+def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, dbos_module, postgres_url, monkeypatch):
+    """Each mutation of the image or the snapshot stops the walk as unfaithful, instead of proving anything."""
+    mutation(dbos_module, monkeypatch)
+    row = CAUGHT[mutation]
+    storage = TARGETS[row].open(postgres_url)
+    try:
+        found = explore_target(TARGETS[row], storage, TARGET_BOUND, faithfulness=FAITHFULNESS, time_budget=120)
+    finally:
+        storage.close()
+    assert found.unfaithful is not None, "the walk trusted a copy that forgets something"
+    assert found.outcome() is not Outcome.PROVED
