@@ -20,16 +20,11 @@ import os
 import pytest
 
 from fence._explore import Outcome
-from fence._invariants import required_dangers
-from fence._policies import POLICIES
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
-from tests.target_explorer_checks import FAITHFULNESS, shipped_duplicate_replays
+from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 
 pytestmark = pytest.mark.postgres
 
-GUARDED = POLICIES["abandon-fenced"]
-LOADS_AT_LEAST = 10_000
-"""Restores the guarded walk must make on DBOS's tables (11,259 measured at TARGET_BOUND)."""
 
 
 @pytest.fixture(scope="module")
@@ -64,24 +59,10 @@ def test_the_explorer_finds_dboss_duplicate_and_it_replays_on_a_fresh_database(s
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole walk on the server: minutes, more on a busy machine
 def test_the_explorer_proves_the_guarded_row_with_failing_workers_and_reaches_every_danger(guarded):
-    """DBOS with fence.guard, every interleaving within TARGET_BOUND: nothing broken, failure_after_effect reached too.
-
-    ``guarded_row_proved``'s checks, but for how often the copies took turns on
-    the server: there a walk loads more images than it has states, because a
-    tick writes the server on those targets (heartbeats, delivery times). Here
-    a tick and the destination's deliveries never reach DBOS's tables, so many
-    transitions load nothing; the walk must still have restored thousands of
-    times (11,259 loads for 11,681 states and 57,530 transitions, measured).
-    """
-    found = explore_target(TARGETS["dbos+guard"], guarded, TARGET_BOUND, faithfulness=FAITHFULNESS)
-    assert found.unfaithful is None and found.faithfulness_checks == sum(FAITHFULNESS)
-    assert found.exhausted and found.states > 100 and found.transitions > found.states
-    assert {name: r.outcome for name, r in found.results.items()} == {name: Outcome.PROVED for name in found.results}
-    assert found.missing_dangers() == [] and found.reached["failure_after_effect"] > 0
-    assert all(found.reached[d.name] > 0 for d in required_dangers(GUARDED, TARGET_BOUND))
-    assert found.outcome() is Outcome.PROVED
-    assert guarded.session.restorer.loads > LOADS_AT_LEAST
+    """DBOS with fence.guard, every interleaving within TARGET_BOUND: nothing broken, failure_after_effect reached too."""
+    guarded_row_proved("dbos+guard", guarded, destination_on_the_server=True, bound=TARGET_BOUND)
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
