@@ -15,7 +15,6 @@ procrastinate (the test extra): skipped without them locally, failed under CI.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +36,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
@@ -48,33 +48,7 @@ GUARDED_EXAMPLES = 40
 """Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
 
 
-@pytest.fixture(scope="module")
-def procrastinate_module():
-    try:
-        import fence.targets.procrastinate as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the procrastinate target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"procrastinate is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-def _storage(row: str, url: str):
-    return TARGETS[row].open(url)
-
-
-@pytest.fixture
-def shipped(postgres_url, procrastinate_module):
-    storage = _storage("procrastinate", postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, procrastinate_module):
-    storage = _storage("procrastinate+guard", postgres_url)
-    yield storage
-    storage.close()
+procrastinate_module, shipped, guarded = system_fixtures("procrastinate")
 
 
 def _on(storage, policy, config=ONE) -> World:
@@ -307,7 +281,7 @@ def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, p
 
     monkeypatch.setattr(module, "Session", no_session)
     with pytest.raises(RuntimeError, match="refused the session"):
-        _storage(row, postgres_url)
+        TARGETS[row].open(postgres_url)
     assert len(closed) == 1 and closed[0] is not None
 
 

@@ -16,7 +16,6 @@ test extra): skipped without them locally, failed under CI.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from fence._verdicts import Verdict, profile_settings
 from fence._world import Confirm, Deliver, Fail, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -45,29 +45,7 @@ GUARDED_EXAMPLES = 40
 FENCE = [sys.executable, "-m", "fence"]
 
 
-@pytest.fixture(scope="module")
-def arq_module():
-    try:
-        import fence.targets.arq_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the arq target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"arq is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, arq_module):
-    storage = TARGETS["arq"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, arq_module):
-    storage = TARGETS["arq+guard"].open(redis_url)
-    yield storage
-    storage.close()
+arq_module, shipped, guarded = system_fixtures("arq")
 
 
 def _on(storage, policy, config=ONE) -> World:

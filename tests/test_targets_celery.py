@@ -42,6 +42,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -52,29 +53,7 @@ NAIVE = POLICIES["naive"]
 REDIS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "redis.sh"
 
 
-@pytest.fixture(scope="module")
-def celery_module():
-    try:
-        import fence.targets.celery_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the celery target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"celery is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, celery_module):
-    storage = TARGETS["celery"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, celery_module):
-    storage = TARGETS["celery+guard"].open(redis_url)
-    yield storage
-    storage.close()
+celery_module, shipped, guarded = system_fixtures("celery")
 
 
 def _on(storage, policy, config=ONE) -> World:

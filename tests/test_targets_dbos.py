@@ -17,7 +17,6 @@ Every test needs PostgreSQL (the session's cluster, see conftest.py) and dbos
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -38,6 +37,7 @@ from fence._world import (
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
 from fence.testing import check_target
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
@@ -48,29 +48,7 @@ GUARDED_EXAMPLES = 40
 """Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
 
 
-@pytest.fixture(scope="module")
-def dbos_module():
-    try:
-        import fence.targets.dbos_postgres as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the DBOS target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"dbos is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(postgres_url, dbos_module):
-    storage = TARGETS["dbos"].open(postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, dbos_module):
-    storage = TARGETS["dbos+guard"].open(postgres_url)
-    yield storage
-    storage.close()
+dbos_module, shipped, guarded = system_fixtures("dbos")
 
 
 def _on(storage, policy, config=ONE) -> World:

@@ -17,7 +17,6 @@ Every test here needs Redis (the session's server, see conftest.py) and dramatiq
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -46,29 +46,7 @@ GUARDED = POLICIES["abandon-fenced"]
 FENCE = [sys.executable, "-m", "fence._cli"]
 
 
-@pytest.fixture(scope="module")
-def dramatiq_module():
-    try:
-        import fence.targets.dramatiq_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the dramatiq target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"dramatiq is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, dramatiq_module):
-    storage = TARGETS["dramatiq"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, dramatiq_module):
-    storage = TARGETS["dramatiq+guard"].open(redis_url)
-    yield storage
-    storage.close()
+dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
 
 
 def _on(storage, policy, config=ONE) -> World:

@@ -15,7 +15,6 @@ Every test needs PostgreSQL and procrastinate (see tests/test_targets.py).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -23,33 +22,12 @@ from fence._explore import Outcome
 from fence._verdicts import Verdict, profile_settings
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def procrastinate_module():
-    try:
-        import fence.targets.procrastinate as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the procrastinate target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"procrastinate is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(postgres_url, procrastinate_module):
-    storage = TARGETS["procrastinate"].open(postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, procrastinate_module):
-    storage = TARGETS["procrastinate+guard"].open(postgres_url)
-    yield storage
-    storage.close()
+procrastinate_module, shipped, guarded = system_fixtures("procrastinate")
 
 
 def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):

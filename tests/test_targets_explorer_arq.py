@@ -14,7 +14,6 @@ Every test needs Redis and arq (see tests/test_targets_arq.py).
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -24,34 +23,13 @@ from fence.targets import TARGET_BOUND, TARGETS
 from tests.target_explorer_checks import (
     guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
 )
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 GUARDED = POLICIES["abandon-fenced"]
 
 
-@pytest.fixture(scope="module")
-def arq_module():
-    try:
-        import fence.targets.arq_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the arq target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"arq is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, arq_module):
-    storage = TARGETS["arq"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, arq_module):
-    storage = TARGETS["arq+guard"].open(redis_url)
-    yield storage
-    storage.close()
+arq_module, shipped, guarded = system_fixtures("arq")
 
 
 def test_equal_states_reached_at_different_instants_have_one_snapshot(guarded):

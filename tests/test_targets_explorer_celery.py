@@ -20,7 +20,6 @@ Every test needs Redis and celery (see tests/test_targets_celery.py).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -31,33 +30,12 @@ from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
 )
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def celery_module():
-    try:
-        import fence.targets.celery_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the celery target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"celery is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, celery_module):
-    storage = TARGETS["celery"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, celery_module):
-    storage = TARGETS["celery+guard"].open(redis_url)
-    yield storage
-    storage.close()
+celery_module, shipped, guarded = system_fixtures("celery")
 
 
 def test_the_explorer_finds_celerys_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):

@@ -15,41 +15,19 @@ Every test needs PostgreSQL and dbos (see tests/test_targets_dbos.py).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
 from fence._explore import Outcome
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
 
 
-@pytest.fixture(scope="module")
-def dbos_module():
-    try:
-        import fence.targets.dbos_postgres as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the DBOS target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"dbos is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(postgres_url, dbos_module):
-    storage = TARGETS["dbos"].open(postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, dbos_module):
-    storage = TARGETS["dbos+guard"].open(postgres_url)
-    yield storage
-    storage.close()
+dbos_module, shipped, guarded = system_fixtures("dbos")
 
 
 @pytest.mark.slow

@@ -20,7 +20,6 @@ Every test needs Redis and dramatiq (see tests/test_targets_dramatiq.py).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -29,33 +28,12 @@ from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
 )
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
 
-@pytest.fixture(scope="module")
-def dramatiq_module():
-    try:
-        import fence.targets.dramatiq_redis as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the dramatiq target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"dramatiq is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(redis_url, dramatiq_module):
-    storage = TARGETS["dramatiq"].open(redis_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(redis_url, dramatiq_module):
-    storage = TARGETS["dramatiq+guard"].open(redis_url)
-    yield storage
-    storage.close()
+dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ Every test needs PostgreSQL and pgqueuer (see tests/test_targets_pgqueuer.py).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -28,33 +27,12 @@ from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
 )
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture(scope="module")
-def pgqueuer_module():
-    try:
-        import fence.targets.pgqueuer as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the pgqueuer target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"pgqueuer is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(postgres_url, pgqueuer_module):
-    storage = TARGETS["pgqueuer"].open(postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, pgqueuer_module):
-    storage = TARGETS["pgqueuer+guard"].open(postgres_url)
-    yield storage
-    storage.close()
+pgqueuer_module, shipped, guarded = system_fixtures("pgqueuer")
 
 
 def test_the_explorer_finds_pgqueuers_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):

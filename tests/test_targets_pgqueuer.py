@@ -20,7 +20,6 @@ locally, failed under CI.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -44,6 +43,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_fixtures import system_fixtures
 
 PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
 ONE = ModelConfig(capacity=1, jobs=1)
@@ -51,29 +51,7 @@ GUARDED_EXAMPLES = 40
 """Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
 
 
-@pytest.fixture(scope="module")
-def pgqueuer_module():
-    try:
-        import fence.targets.pgqueuer as module
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the pgqueuer target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"pgqueuer is not installed ({error}): pip install -e '.[test]'")
-    return module
-
-
-@pytest.fixture
-def shipped(postgres_url, pgqueuer_module):
-    storage = TARGETS["pgqueuer"].open(postgres_url)
-    yield storage
-    storage.close()
-
-
-@pytest.fixture
-def guarded(postgres_url, pgqueuer_module):
-    storage = TARGETS["pgqueuer+guard"].open(postgres_url)
-    yield storage
-    storage.close()
+pgqueuer_module, shipped, guarded = system_fixtures("pgqueuer")
 
 
 def _on(storage, policy, config=ONE) -> World:
