@@ -317,8 +317,7 @@ def _arq_work(url: str, effect: Effect, index: int) -> None:
     # burst: the worker returns once the queue is empty
     worker = Worker(functions=[func(fence_bench_effect, name=TASK)], redis_settings=RedisSettings.from_dsn(url),
                     burst=True, handle_signals=False, poll_delay=ARQ_POLL_DELAY)
-    asyncio.run(worker.main())
-    asyncio.run(worker.close())
+    worker.run()  # on the loop the Worker took when it was made
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -554,10 +553,10 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
     from fence._targets_cli import servers
 
     runners, missing = chosen(queues)
-    for line in missing:
-        print(f"fence: {line}", file=sys.stderr)
     if not runners:
         raise BadInput("no queue to run: " + "; ".join(missing))
+    for line in missing:
+        print(f"fence: not run: {line}", file=sys.stderr)
     needed = {"postgres"} | {runner.server for runner in runners}
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     results: dict[tuple[str, str], list[Run]] = {}
