@@ -531,6 +531,9 @@ def server_versions(urls: dict[str, str]) -> dict[str, str]:
 
         with psycopg.connect(urls["postgres"]) as connection:
             found["PostgreSQL"] = connection.execute("SHOW server_version").fetchone()[0]
+            # What a commit costs depends on them: the project's private cluster runs with both off.
+            found["PostgreSQL settings"] = ", ".join(
+                f"{name}={connection.execute(f'SHOW {name}').fetchone()[0]}" for name in ("fsync", "synchronous_commit"))
     if "redis" in urls:
         import redis
 
@@ -583,16 +586,20 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
           if load and load_after else []),
         f"# each queue: {jobs} jobs enqueued, then drained by {workers} worker process(es), unguarded then guarded, "
         f"{repeat} round(s); figures are the medians of the rounds",
-        "# effect: one row in PostgreSQL for both modes (unguarded: a plain INSERT; guarded: fence.guard's "
-        "attempt + commit, schema fence_bench_guard)",
-        "# jobs/s: jobs over the drain (first task start to last task finish); latency: enqueue to finish "
-        "(every job is enqueued before the workers start, so this is mostly the wait behind the backlog);",
-        "#   task: the task's own start to finish, the effect included (where the guard's statements show)",
+        "# effect: one row in PostgreSQL for both modes. unguarded: one INSERT (1 transaction); guarded: fence.guard's",
+        "#   attempt (1 transaction: the attempt's upsert) and commit (1 transaction: the attempt's upsert, the key's",
+        "#   first payload, the fenced INSERT, the attempt marked committed), schema fence_bench_guard; pgqueuer's",
+        "#   recipe (guarded_attempt) also reads the job's picks from pgqueuer's log first",
+        "# jobs/s: jobs over the drain (first task start to last task finish)",
+        "# p50/p99 ms: enqueue to finish per job; every job is enqueued before the workers start, so this is mostly",
+        "#   the workers' start-up and the wait behind the backlog, not the guard",
+        "# task p50/p99 ms: the task's own start to finish, the effect included: the guard's price per job",
         "# worker processes: " + "; ".join(f"{runner.name}: {runner.worker}" for runner in runners),
         *(f"# not run: {line}" for line in missing),
         f"# wall time {wall:.0f}s",
         "",
-        f"{'queue':14} {'mode':10} {'jobs/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'task p50 ms':>12} {'task p99 ms':>12} "
+        "# jobs/s range: the slowest and fastest round (the spread the shared machine put on it)",
+        f"{'queue':14} {'mode':10} {'jobs/s':>8} {'range':>11} {'p50 ms':>8} {'p99 ms':>8} {'task p50 ms':>12} {'task p99 ms':>12} "
         f"{'guarded/unguarded':>18}  counts",
     ]
     wrong = 0
@@ -609,6 +616,7 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
                 below_goal.append(runner.name)
             lines.append(
                 f"{runner.name:14} {mode:10} {medians[mode]:>8.1f} "
+                f"{min(r.jobs_per_second for r in runs):>5.0f}-{max(r.jobs_per_second for r in runs):<5.0f} "
                 f"{1000 * statistics.median(_percentile(r.latencies, 0.50) for r in runs):>8.1f} "
                 f"{1000 * statistics.median(_percentile(r.latencies, 0.99) for r in runs):>8.1f} "
                 f"{1000 * statistics.median(_percentile(r.task_times, 0.50) for r in runs):>12.2f} "
