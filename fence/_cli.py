@@ -382,11 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks that write their figures into evidence/")
     bench.add_argument(
-        "what", choices=["detection", "counterexamples", "explorer", "fleet", "suite"],
+        "what", choices=["detection", "counterexamples", "explorer", "fleet", "suite", "guard"],
         help="detection: each expected violation over many seeds; counterexamples: time to a first, "
         "minimised and proved-shortest counterexample per violated cell; explorer: states/s and time to "
         "exhaust each bound; fleet: worker processes on a database under SIGKILLs (and a restart); "
-        "suite: the test suite's wall time",
+        "suite: the test suite's wall time; guard: what fence.guard costs per job on each shipped queue's "
+        "own worker (evidence/guard-cost.txt)",
     )
     bench.add_argument("--policy", action="append",
                        help="only this policy (repeatable); explorer: also a user's MODULE:ATTR or FILE.py:ATTR, "
@@ -396,7 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--time-budget", type=_arguments.positive_seconds, default=60.0, help="explorer: seconds per bound")
     bench.add_argument("--seeds", type=_arguments.positive, default=20, help="random seeds (default 20)")
     bench.add_argument("--profile", choices=PROFILES, default="default", help="search effort per seed")
-    bench.add_argument("--workers", type=_arguments.workers, help="processes (default 2; fleet: 8 workers)")
+    bench.add_argument("--workers", type=_arguments.workers,
+                       help="processes (default 2; fleet: 8 workers; guard: the library's worker processes)")
     _output.add_options(
         bench, record="evidence/<what>.txt (fleet: evidence/fleet-<backend>.txt)",
         out_help="where <what>.txt goes (fleet: fleet-<backend>.txt; explorer: and its .png)",
@@ -410,16 +412,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
                           help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")
-    explorer.add_argument("--repeat", type=_arguments.repeats, default=1, metavar="N",
+    explorer.add_argument("--repeat", type=_arguments.repeats, metavar="N",
                           help="explorer: explore each row N times, each in a fresh process, and report the median "
-                          "run with the range (default 1)")
+                          "run with the range (default 1); guard: rounds per queue, medians reported (default 3)")
     explorer.add_argument("--explorer-workers", type=_arguments.workers, default=1,
                           help="explorer: processes sharing each exploration's levels, even where one is faster "
                           "(rows then run one at a time)")
     fleet = bench.add_argument_group("fleet")
     fleet.add_argument("--backend", choices=["sqlite", "postgres"], help="fleet: the database (default sqlite)")
     fleet.add_argument("--url", help="fleet: this backend URL instead (its fence tables are emptied)")
-    fleet.add_argument("--jobs", type=_arguments.positive, default=2000, help="fleet: jobs, and units of quota (default 2000)")
+    fleet.add_argument("--jobs", type=_arguments.positive,
+                       help="fleet: jobs, and units of quota (default 2000); guard: jobs per run (default 500)")
     fleet.add_argument("--kill-every", type=_arguments.non_negative_seconds, default=0.5,
                        help="fleet: SIGKILL a random busy worker every SECONDS (default 0.5; 0: never)")
     fleet.add_argument("--restart-db", action=argparse.BooleanOptionalAction, default=None,
@@ -429,6 +432,17 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--janitors", type=_arguments.workers, default=2, help="fleet: janitor processes (default 2)")
     fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
     fleet.add_argument("--time-limit", type=_arguments.positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
+    from fence._bench_guard import RUNNERS
+
+    guard = bench.add_argument_group("guard")
+    guard.add_argument("--queue", action="append", choices=list(RUNNERS),
+                       help="guard: only this queue (repeatable; default every shipped queue)")
+    guard.add_argument("--postgres", metavar="URL",
+                       help="guard: PostgreSQL for the PostgreSQL queues and every effect (default: $FENCE_POSTGRES_URL, "
+                       "else a private cluster started and stopped with scripts/postgres.sh); its bench tables are emptied")
+    guard.add_argument("--redis", metavar="URL",
+                       help="guard: Redis for the Redis queues (default: $FENCE_REDIS_URL, else a private server started "
+                       "and stopped with scripts/redis.sh); its database is emptied (FLUSHDB)")
     bench.set_defaults(handler=cmd_bench)
 
     from fence import _experiments_cli  # the real-clock commands (threads, sleeps)
@@ -560,6 +574,19 @@ def cmd_explore(args) -> int:
 def cmd_bench(args) -> int:
     from fence import _bench
 
+    if args.what != "guard" and (args.queue or args.postgres or args.redis):
+        raise BadInput(f"--queue, --postgres and --redis are for 'fence bench guard', not {args.what}")
+    if args.what == "guard":
+        from fence import _bench_guard
+
+        if args.backend or args.url or args.policy:
+            raise BadInput("--backend, --url and --policy are not for 'fence bench guard': it runs every shipped "
+                           "queue on its own server (choose with --queue)")
+        out = _output.report_file(args, "bench guard", "guard-cost.txt")
+        return _bench_guard.guard(
+            args.queue or (), args.workers or 2, args.jobs or 500, args.repeat or 3,
+            {"postgres": args.postgres, "redis": args.redis}, _output.command_line("fence bench guard"), out,
+        )
     if args.what == "fleet":
         from fence._experiments_cli import cmd_fleet
 
@@ -590,7 +617,7 @@ def cmd_bench(args) -> int:
     if args.what == "explorer":
         return _bench.explorer(
             names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
-            symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat,
+            symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat or 1,
             plugins=(absolute(args.destination), absolute(args.ledger)),
         )
     if args.what == "counterexamples":

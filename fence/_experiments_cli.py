@@ -291,7 +291,7 @@ def cmd_fleet(args) -> int:
         backend_line = _backend_line(url)
         for name in policies:
             result = _processes.fleet(
-                url, name, workers=args.workers or 8, jobs=args.jobs, lease=args.lease_seconds or 1.0,
+                url, name, workers=args.workers or 8, jobs=args.jobs or 2000, lease=args.lease_seconds or 1.0,
                 kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
                 seed=args.seed, time_limit=args.time_limit, progress=progress,
             )

@@ -1,0 +1,69 @@
+"""fence bench guard: each queue's own worker drains its jobs once each, unguarded and guarded (counts, never durations).
+
+One tiny run per mode on one Redis queue (arq) and one PostgreSQL queue
+(procrastinate): one worker process, ten jobs. The figures it times go into
+evidence/guard-cost.txt; here only what it counts is checked: every job's task
+finished exactly once and the destination holds exactly one effect per key
+(plain rows unguarded, the guard's commits guarded).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from fence import _bench_guard
+from fence._bench_guard import RUNNERS, Run, chosen, run_once
+from fence._cli import main
+
+JOBS = 10
+KEYS = [f"k{number}" for number in range(1, JOBS + 1)]
+
+
+@pytest.mark.parametrize("queue", ["arq", "procrastinate"])
+@pytest.mark.parametrize("mode", ["unguarded", "guarded"])
+def test_one_worker_process_runs_every_job_once_with_one_effect_per_key(queue, mode, postgres_url, redis_url, tmp_path):
+    runner = RUNNERS[queue]
+    if runner.missing():
+        pytest.skip(runner.missing())
+    run = run_once(runner, mode, workers=1, jobs=JOBS, urls={"postgres": postgres_url, "redis": redis_url},
+                   scratch=tmp_path)
+    assert run.runs_per_key == Counter({key: 1 for key in KEYS})
+    assert run.effects_per_key == Counter({key: 1 for key in KEYS})
+    assert len(run.latencies) == len(run.task_times) == JOBS
+    assert run.counts_right
+
+
+def test_counts_are_wrong_when_a_job_ran_twice_or_an_effect_is_missing():
+    """What the bench calls wrong: a key run twice, a key never run, an effect written twice or not at all."""
+    once = Counter({key: 1 for key in KEYS})
+    right = Run("arq", "guarded", JOBS, once, once, 1.0, (0.1,) * JOBS, (0.01,) * JOBS)
+    assert right.counts_right
+    assert not replace(right, runs_per_key=once + Counter(["k3"])).counts_right
+    assert not replace(right, runs_per_key=once - Counter(["k3"])).counts_right
+    assert not replace(right, effects_per_key=once + Counter(["k3"])).counts_right
+    assert not replace(right, effects_per_key=once - Counter(["k3"])).counts_right
+
+
+def test_a_queue_whose_library_is_missing_is_one_line_naming_its_extra(monkeypatch):
+    absent = replace(RUNNERS["dramatiq"], modules=("fence_no_such_library",))
+    monkeypatch.setitem(RUNNERS, "dramatiq", absent)
+    runners, missing = chosen(["dramatiq", "arq"])
+    assert [runner.name for runner in runners] == (["arq"] if RUNNERS["arq"].missing() is None else [])
+    assert missing == ["dramatiq: fence_no_such_library is not installed: pip install -e '.[dramatiq]' "
+                       "(or '.[test]' for every queue)"]
+
+
+def test_with_no_queue_installed_the_bench_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    for name, runner in list(RUNNERS.items()):
+        monkeypatch.setitem(RUNNERS, name, replace(runner, modules=(f"fence_no_{name}",)))
+    monkeypatch.setattr(_bench_guard, "run_once", lambda *args, **kwargs: pytest.fail("no queue may run"))
+    status = main(["bench", "guard", "--out", str(tmp_path), "--queue", "celery", "--queue", "arq"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err == ["fence: no queue to run: celery: fence_no_celery is not installed: pip install -e '.[celery]' "
+                   "(or '.[test]' for every queue); arq: fence_no_arq is not installed: pip install -e '.[arq]' "
+                   "(or '.[test]' for every queue)"]
+    assert list(tmp_path.iterdir()) == []
