@@ -201,8 +201,9 @@ def cmd_targets(args) -> int:
     if args.out and written is None:
         written = out / "targets.txt"
     if written is not None:
-        lines = header(command_line("fence targets"),
-                       ("fence", "hypothesis", "procrastinate", "pgqueuer", "psycopg", "celery", "kombu", "redis"))
+        # The shipped systems that ran (a user's target says its own versions in the report) and their drivers.
+        systems = tuple(dict.fromkeys(target.system for target, spec in rows if spec is None))
+        lines = header(command_line("fence targets"), ("fence", "hypothesis", *systems, "psycopg", "kombu", "redis"))
         write_atomically(written, "\n".join(lines) + f"\n# wall time: {seconds:.0f} s\n\n" + text + "\n")
     return _status(found)
 
