@@ -8,6 +8,7 @@ from fence import _transitions
 from fence._invariants import Invariant
 from fence._state_key import state_key
 from fence._transitions import MemoMismatch
+from fence._visited import Fingerprints, of_plain
 from fence._world import World
 
 
@@ -42,7 +43,12 @@ class DrainJudge:
 
     def __init__(self, invariants: list[Invariant], steps=None) -> None:
         self.invariants = invariants
-        self.memo: dict[tuple, tuple[tuple[str, ...], bool]] = {}
+        self.memo: dict[int, tuple[tuple[str, ...], bool]] = {}
+        """Answers by the fingerprint (``fence._visited``) of a state key with the round or tag appended,
+        not by the key itself: at one job the keys (some eight tuples each) were most of what a walk kept, all of it
+        scanned by the cyclic collector after the walk, for the collision risk the visited set takes."""
+        self._generic_fingerprints = Fingerprints()
+        """For the keys of a user's plug-ins (sets, snapshot values): one instance per walk, as ``WorldWalk``'s."""
         self.steps = steps
         """The walk's step memo (``fence._transitions.StepMemo``), or None: see ``_from_memos``."""
         self.halves: dict[tuple, tuple] = {}
@@ -106,12 +112,12 @@ class DrainJudge:
                     abandoned.update(job + i for i in added)
             halfway = (now, tuple(part for part, _stepped, _added in found),
                        tuple(sorted(abandoned)) if abandoned else ())
-            answer = self.memo.get((halfway, self.FIRST_ROUND_HALFWAY))
+            answer = self.memo.get(of_plain(halfway + (self.FIRST_ROUND_HALFWAY,)))
             if answer is not None:
                 return answer, None
         # else the first half takes no step: no halfway key (see ``__call__``)
         if in_flight:
-            answer = self.memo.get((own_key(), self.FIRST_ROUND_DELIVERING))
+            answer = self.memo.get(of_plain(own_key() + (self.FIRST_ROUND_DELIVERING,)))
             if answer is not None:
                 return answer, None
         return None, learn
@@ -144,9 +150,10 @@ class DrainJudge:
                 if DrainJudge(self.invariants)(world) != answer:  # checked: made again with no memo
                     raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's")
                 return answer
+        fingerprint = of_plain if world.fast_copy_is_faithful() else self._generic_fingerprints
         drained = world.clone(history=False)
         drained.start_draining()
-        seen: list[tuple] = []
+        seen: list[int] = []
         answer = None
         settled = False
         after = None
@@ -159,7 +166,7 @@ class DrainJudge:
         # on the way ends the first half where this one does. Such a state is
         # often another explored state (this one's child by that delivery).
         while drained.network:
-            key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING)
+            key = fingerprint(self.first_round_key(state_key(drained)) + (self.FIRST_ROUND_DELIVERING,))
             answer = self.memo.get(key)
             if answer is not None:
                 break
@@ -181,7 +188,7 @@ class DrainJudge:
         if len(drained.trace) > steps:
             if learn is not None:
                 self._learn_halves(learn, drained, steps)
-            key = (self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY)
+            key = fingerprint(self.first_round_key(state_key(drained)) + (self.FIRST_ROUND_HALFWAY,))
             answer = self.memo.get(key)
             if answer is not None:
                 for key in seen:
@@ -198,7 +205,7 @@ class DrainJudge:
             # explorer drains each distinct state once (distinct keys with symmetry
             # are distinct without it), so a first round is never seen twice.
             if number:
-                key = (state_key(drained), number)
+                key = fingerprint(state_key(drained) + (number,))
                 answer = self.memo.get(key)
                 if answer is not None:
                     break

@@ -507,18 +507,33 @@ class WorldWalk:
         # plug-ins by the generic key, whose sets and snapshot values are written out first.
         plain = by_whole_state or root.fast_copy_is_faithful()
         self.fingerprint = of_plain if plain else Fingerprints()
+        self.judge_step = StepJudge(step_invariants)
 
     def root_key(self) -> int:
         """The root's fingerprint (``fence._visited``)."""
         return self.fingerprint(whole_state(self.root) if self.by_whole_state else state_key(self.root, self.symmetry))
 
     def successors(self, world: World, visited, known, reached: Counter):
-        """``_successors``, each child by its key's fingerprint."""
+        """``_successors``, each child by its key's fingerprint.
+
+        A world keyed by ``state_key`` (fence's parts, a user's policy on them) is stepped here
+        rather than through ``_successors``: the same steps, with the child's key looked up in
+        ``visited`` before it is judged, so that a transition into a state seen before is not asked
+        again what that state's key decides (``StepJudge``).
+        """
         fingerprint = self.fingerprint
-        for action, child, key, broken in _successors(
-            world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state,
-        ):
-            yield action, child, fingerprint(key), broken
+        if self.by_whole_state or not world.fast_copy_is_faithful():
+            for action, child, key, broken in _successors(
+                world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state,
+            ):
+                yield action, child, fingerprint(key), broken
+            return
+        judge, symmetry = self.judge_step, self.symmetry
+        for action in up_to_janitors(world, world.enabled_actions()):
+            child = world.clone(history=False)
+            child.apply(action)
+            key = fingerprint(state_key(child, symmetry))
+            yield action, child, key, judge(child, known, reached, key in visited)
 
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:

@@ -170,13 +170,27 @@ class StepJudge:
     def __init__(self, step_invariants) -> None:
         self.step_invariants = list(step_invariants)
         self.judged_on_more = [inv for inv in self.step_invariants if not isinstance(inv.check, _Found)]
+        self.judged_on_more_seen = [inv for inv in self.judged_on_more if inv.check is not _no_early_release]
+        """What a transition that recorded no finding is asked when its key was seen before: the built-in
+        invariant 3's present (more live writers than units) is a function of the state key, so the
+        transition that first reached the key judged it (see ``__call__``)."""
 
-    def __call__(self, child: World, known, reached) -> list[str]:
-        """Add the child's dangers to ``reached`` (a Counter) and return the invariants not in ``known`` it broke."""
+    def __call__(self, child: World, known, reached, seen_before: bool = False) -> list[str]:
+        """Add the child's dangers to ``reached`` (a Counter) and return the invariants not in ``known`` it broke.
+
+        ``seen_before``: the child's state key (``fence._state_key.state_key``) is one the walk
+        has reached before. Invariant 3's present reading (attempts' phases, commits in flight,
+        abandon promises) is then what it was at that first transition, which judged it: if
+        it was broken, it is in ``known``. So with no finding recorded it is not asked again;
+        every other invariant (a user's too) is asked as always.
+        """
         if child.reached:
             reached.update(child.reached)
             child.reached.clear()
-        asked = self.step_invariants if child.observer.findings.by_invariant else self.judged_on_more
+        if child.observer.findings.by_invariant:
+            asked = self.step_invariants
+        else:
+            asked = self.judged_on_more_seen if seen_before else self.judged_on_more
         return [inv.name for inv in asked if inv.name not in known and inv.check(child)]
 
 
