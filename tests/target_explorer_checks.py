@@ -81,3 +81,23 @@ def shortest_failure_finding_replays(row: str, storage, url: str, invariant: str
         fresh.close()
     assert replayed is not None and replayed.message == message
     return [step.sentence for step in replayed.world.trace if not step.drain]
+
+
+def mutated_walk_is_caught(row: str, url: str, how: str) -> None:
+    """The explorer on ``row`` with a mutation of its image or snapshot in place: the walk stops as unfaithful
+    ("unfaithful"), or, where every load makes the world new, the false violation it finds does not break again
+    when replayed from scratch and is not reported ("does not replay"). Never proved either way."""
+    storage = TARGETS[row].open(url)
+    try:
+        found = explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
+    finally:
+        storage.close()
+    if how == "does not replay":
+        # Neither reported as a violation nor proved (this once raised an AssertionError instead).
+        assert found.unfaithful is not None and "does not break it when replayed from scratch" in found.unfaithful
+        assert found.outcome() is Outcome.UNDETERMINED
+        return
+    assert how == "unfaithful", how
+    assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
+    assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
+    assert found.outcome() is not Outcome.PROVED
