@@ -2,7 +2,7 @@
 
 import sys
 
-from fence._cli import main
+from fence._cli import command
 
 if __name__ == "__main__":  # importing this module (conftest imports every module) runs nothing
-    sys.exit(main())
+    sys.exit(command())

@@ -441,25 +441,27 @@ def test_ctrl_c_is_one_line_exit_130_and_no_partial_file(argv, first, tmp_path):
     """SIGINT to the whole process group, as a terminal's Ctrl-C, once the run is under way: one line, exit 130."""
     out = tmp_path / "out"
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(
+    # ``with``: the pipes are closed even when the run overstays (left open, they surface as
+    # a ResourceWarning in whichever later test the garbage collector happens to run in).
+    with subprocess.Popen(
         [*FENCE, *argv, "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         cwd=REPO, env=environment, start_new_session=True,
-    )
-    try:
-        if first is not None:
-            line = process.stderr.readline()  # the run is under way: a progress line
-            while line.startswith("[explorer] ") and LEVEL_LINE.match(line):  # verdicts: the explorer's may come first
-                line = process.stderr.readline()
-            assert line.startswith(first), line
-        else:
-            line = process.stdout.readline()  # experiments: the first trial's line
-            assert line.startswith("=="), line
-        os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    ) as process:
+        try:
+            if first is not None:
+                line = process.stderr.readline()  # the run is under way: a progress line
+                while line.startswith("[explorer] ") and LEVEL_LINE.match(line):  # verdicts: the explorer's first
+                    line = process.stderr.readline()
+                assert line.startswith(first), line
+            else:
+                line = process.stdout.readline()  # experiments: the first trial's line
+                assert line.startswith("=="), line
+            os.killpg(process.pid, signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
     assert process.returncode == 130, stderr
     rest = [line for line in stderr.splitlines() if not line.startswith(("[", "depth "))]
     assert rest == ["fence: interrupted; no file was left half-written"], stderr
