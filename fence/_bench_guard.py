@@ -4,7 +4,7 @@ Per queue and mode, M jobs are enqueued through the library's own client, then
 N worker processes drain them, each running the library's own worker as the
 library starts it (procrastinate's worker, pgqueuer's QueueManager in drain
 mode, ``celery worker``'s entry point, a ``dramatiq.Worker``, an arq ``Worker``
-in burst mode). Each job's task writes one small effect to PostgreSQL, the
+in burst mode, a launched DBOS runtime whose queue thread claims the workflows). Each job's task writes one small effect to PostgreSQL, the
 destination of both modes (fence.guard's destination is SQL, so the Redis
 queues write there too):
 
@@ -12,7 +12,11 @@ queues write there too):
 * **guarded**: ``guard.attempt(key, attempt_id)`` and ``commit(payload)``
   through the recipe of ``fence.targets.<queue>`` (its attempt ids; pgqueuer's
   ``guarded_attempt`` and arq's ``guarded_task``, which read the job's pick or
-  try first).
+  try first; DBOS's step reads its workflow's status for the attempt id).
+
+``--work-ms MS``: each task of both modes first works MS milliseconds (a
+sleep), recorded apart (guard-cost-work-MSms.txt); the default record is the
+cheapest task, its write alone, where the guard's round trips weigh most.
 
 Every finished task appends one line to its process's record file: key,
 enqueue time (carried in the job's arguments), start and finish (wall clock,
