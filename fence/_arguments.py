@@ -92,6 +92,16 @@ def zero_or_more(text: str) -> int:
     return value
 
 
+def positive_milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of milliseconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 milliseconds, got {text}")
+    return value
+
+
 def positive_seconds(text: str) -> float:
     value = seconds(text)
     if not value > 0:

@@ -4,7 +4,7 @@ Per queue and mode, M jobs are enqueued through the library's own client, then
 N worker processes drain them, each running the library's own worker as the
 library starts it (procrastinate's worker, pgqueuer's QueueManager in drain
 mode, ``celery worker``'s entry point, a ``dramatiq.Worker``, an arq ``Worker``
-in burst mode). Each job's task writes one small effect to PostgreSQL, the
+in burst mode, a launched DBOS runtime whose queue thread claims the workflows). Each job's task writes one small effect to PostgreSQL, the
 destination of both modes (fence.guard's destination is SQL, so the Redis
 queues write there too):
 
@@ -12,7 +12,11 @@ queues write there too):
 * **guarded**: ``guard.attempt(key, attempt_id)`` and ``commit(payload)``
   through the recipe of ``fence.targets.<queue>`` (its attempt ids; pgqueuer's
   ``guarded_attempt`` and arq's ``guarded_task``, which read the job's pick or
-  try first).
+  try first; DBOS's step reads its workflow's status for the attempt id).
+
+``--work-ms MS``: each task of both modes first works MS milliseconds (a
+sleep), recorded apart (guard-cost-work-MSms.txt); the default record is the
+cheapest task, its write alone, where the guard's round trips weigh most.
 
 Every finished task appends one line to its process's record file: key,
 enqueue time (carried in the job's arguments), start and finish (wall clock,
@@ -61,29 +65,60 @@ RUN_TIME_LIMIT = 900.0
 
 # -- the effect, in a worker process --------------------------------------------------------------
 class Effect:
-    """The task's side effect at the destination, in one mode, and the record of each finished job."""
+    """The task's side effect at the destination, in one mode, and the record of each finished job.
 
-    def __init__(self, mode: str, destination_url: str, record: Path) -> None:
+    Each worker thread keeps a connection of its own (a guard, or a plain
+    connection), opened at its first job: a guard's connection is one
+    transaction at a time, and DBOS runs its workflows on a pool of threads.
+    """
+
+    def __init__(self, mode: str, destination_url: str, record: Path, work_seconds: float = 0.0) -> None:
         self.guarded = mode == "guarded"
-        if self.guarded:
-            from fence.guard import Guard
-
-            self.guard = Guard.open(destination_url, namespace=GUARD_NAMESPACE)
-        else:
-            import psycopg
-
-            self.connection = psycopg.connect(destination_url, autocommit=True)
+        self._url = destination_url
+        self.work_seconds = work_seconds
+        """What the task does before its effect, in both modes (``--work-ms``): 0, the cheapest task."""
+        self._per_thread = threading.local()
         self._record = open(record, "a", buffering=1)
         self._lock = threading.Lock()
+        self.connect()  # the worker's own thread connects before its first job, as a worker does at start-up
+
+    def connect(self):
+        """This thread's guard (guarded) or plain connection (unguarded), opened once."""
+        opened = getattr(self._per_thread, "opened", None)
+        if opened is None:
+            if self.guarded:
+                from fence.guard import Guard
+
+                opened = Guard.open(self._url, namespace=GUARD_NAMESPACE)
+            else:
+                import psycopg
+
+                opened = psycopg.connect(self._url, autocommit=True)
+            self._per_thread.opened = opened
+        return opened
+
+    @property
+    def guard(self):
+        return self.connect()
+
+    def work(self) -> None:
+        """The task's own work before its effect (a blocking call of ``work_seconds``), in a sync worker."""
+        if self.work_seconds:
+            time.sleep(self.work_seconds)
+
+    async def work_async(self) -> None:
+        """The same, awaited, in an asyncio worker (pgqueuer, arq)."""
+        if self.work_seconds:
+            await asyncio.sleep(self.work_seconds)
 
     def write(self, key: str, attempt_id: str) -> None:
         """The effect: a plain insert, or the guard's attempt and commit."""
         if self.guarded:
-            with self.guard.attempt(key, attempt_id) as attempt:
+            with self.connect().attempt(key, attempt_id) as attempt:
                 attempt.commit(PAYLOAD)
         else:
-            self.connection.execute(f"INSERT INTO {PLAIN_TABLE} (key, attempt_id, payload) VALUES (%s, %s, %s)",
-                                    (key, attempt_id, PAYLOAD))
+            self.connect().execute(f"INSERT INTO {PLAIN_TABLE} (key, attempt_id, payload) VALUES (%s, %s, %s)",
+                                   (key, attempt_id, PAYLOAD))
 
     def done(self, key: str, enqueued_at: float, started_at: float) -> None:
         with self._lock:
@@ -131,6 +166,7 @@ def _procrastinate_work(url: str, effect: Effect, index: int) -> None:
 
     def body(context, key, enqueued_at):
         started = time.time()
+        effect.work()
         effect.write(key, recipe.attempt_id(context.job))
         effect.done(key, enqueued_at, started)
 
@@ -181,6 +217,7 @@ def _pgqueuer_work(url: str, effect: Effect, index: int) -> None:
             @manager.entrypoint(TASK)
             async def fence_bench_effect(job) -> None:
                 started = time.time()
+                await effect.work_async()
                 key = recipe.key_of(job)
                 if effect.guarded:
                     attempt = await recipe.guarded_attempt(queries, effect.guard, job)
@@ -225,6 +262,7 @@ def _celery_work(url: str, effect: Effect, index: int) -> None:
 
     def body(request, key, enqueued_at):
         started = time.time()
+        effect.work()
         effect.write(key, recipe.attempt_id(key, request.id))
         effect.done(key, enqueued_at, started)
 
@@ -265,6 +303,7 @@ def _dramatiq_work(url: str, effect: Effect, index: int) -> None:
 
     def body(key, enqueued_at):
         started = time.time()
+        effect.work()
         redis_id = CurrentMessage.get_current_message().options["redis_message_id"]
         effect.write(key, recipe.attempt_id(key, redis_id))
         effect.done(key, enqueued_at, started)
@@ -305,6 +344,7 @@ def _arq_work(url: str, effect: Effect, index: int) -> None:
 
     async def fence_bench_effect(ctx: dict, key: str, enqueued_at: float) -> str:
         started = time.time()
+        await effect.work_async()
         if effect.guarded:
             outcome = await recipe.guarded_task(ctx, effect.guard, key, PAYLOAD)
             if outcome != "written":
@@ -318,6 +358,75 @@ def _arq_work(url: str, effect: Effect, index: int) -> None:
     worker = Worker(functions=[func(fence_bench_effect, name=TASK)], redis_settings=RedisSettings.from_dsn(url),
                     burst=True, handle_signals=False, poll_delay=ARQ_POLL_DELAY)
     worker.run()  # on the loop the Worker took when it was made
+
+
+# -- DBOS (PostgreSQL) ----------------------------------------------------------------------------
+DBOS_APP = "fence_bench"
+"""The application every worker launches as and the client enqueues for: its name and its version."""
+DBOS_SCHEMA = "fence_bench_dbos"
+"""DBOS's system tables for the bench, in a schema of their own."""
+DBOS_POLLING = 0.05
+"""Seconds between a DBOS worker's queue polls (DBOS's default is 1 s, which would hide the effect as arq's would)."""
+
+
+DBOS_THREADS = 2
+"""DBOS's workflow thread pool per process (``max_executor_threads``); each thread keeps its own connection."""
+
+
+def _dbos_client(url: str):
+    from dbos import DBOSClient
+
+    return DBOSClient(system_database_url=url, application_name=DBOS_APP, dbos_system_schema=DBOS_SCHEMA)
+
+
+def _dbos_enqueue(url: str, keys: Sequence[str]) -> None:
+    from fence.targets import dbos_postgres as recipe
+
+    client = _dbos_client(url)
+    try:
+        with client._sys_db.engine.begin() as connection:
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # the target's: one migration at a time
+            client._sys_db.run_migrations()
+        with client._sys_db.engine.begin() as connection:
+            connection.exec_driver_sql("TRUNCATE " + ", ".join(f"{DBOS_SCHEMA}.{t}" for t in recipe.TABLES) + " CASCADE")
+        if client.retrieve_queue(QUEUE) is None:
+            client.register_queue(QUEUE, polling_interval_sec=DBOS_POLLING)
+        for key in keys:  # the workflow id is the job's key, as the target's
+            client.enqueue({"queue_name": QUEUE, "workflow_name": TASK, "workflow_id": key, "app_version": DBOS_APP},
+                           key, time.time())
+    finally:
+        client.destroy()
+
+
+def _dbos_work(url: str, effect: Effect, index: int) -> None:
+    from dbos import DBOS
+
+    from fence.targets import dbos_postgres as recipe
+
+    @DBOS.step()
+    def fence_bench_write(key: str, enqueued_at: float) -> None:
+        started = time.time()
+        effect.work()
+        workflow_id = DBOS.workflow_id
+        if effect.guarded:  # the recipe's attempt id: this run's dispatch count and claim instant, read from DBOS
+            status = DBOS.get_workflow_status(workflow_id)
+            effect.write(key, recipe.attempt_id(workflow_id, status.recovery_attempts, status.dequeued_at))
+        else:
+            effect.write(key, f"{workflow_id}#1")
+        effect.done(key, enqueued_at, started)
+
+    @DBOS.workflow(name=TASK)
+    def fence_bench_effect(key: str, enqueued_at: float) -> None:
+        fence_bench_write(key, enqueued_at)
+
+    DBOS(config={"name": DBOS_APP, "system_database_url": url, "application_version": DBOS_APP,
+                 "executor_id": f"bench-{index}", "dbos_system_schema": DBOS_SCHEMA, "log_level": "ERROR",
+                 "max_executor_threads": DBOS_THREADS})
+    DBOS.launch()  # its queue thread claims the queue's workflows and runs them on DBOS's own thread pool
+    try:
+        _until_sigterm()
+    finally:
+        DBOS.destroy(destroy_registry=True)
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -381,6 +490,10 @@ RUNNERS: dict[str, QueueRunner] = {runner.name: runner for runner in (
     QueueRunner("arq", "arq", ("arq", "psycopg"), "arq", "redis",
                 _reset_redis_then(_arq_enqueue), _arq_work, True,
                 f"arq Worker(burst=True, max_jobs=10, poll_delay={ARQ_POLL_DELAY})"),
+    QueueRunner("dbos", "dbos", ("dbos", "psycopg"), "dbos", "postgres",
+                _dbos_enqueue, _dbos_work, False,
+                f"DBOS.launch(): its queue thread (database-backed queue, polling {DBOS_POLLING} s, no worker "
+                f"concurrency limit), max_executor_threads={DBOS_THREADS}; a workflow of one step"),
 )}
 
 
@@ -449,7 +562,7 @@ def _effects_per_key(postgres_url: str, mode: str) -> Counter:
 
 
 def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict[str, str],
-             scratch: Path) -> Run:
+             scratch: Path, work_seconds: float = 0.0) -> Run:
     """Enqueue ``jobs``, drain them with ``workers`` processes of the library's worker, count and time them."""
     postgres_url, queue_url = urls["postgres"], urls[runner.server]
     _reset_destination(postgres_url)
@@ -464,7 +577,7 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
         with open(logs[index], "w") as log:
             processes.append(subprocess.Popen(
                 [sys.executable, "-m", "fence._bench_guard", "worker", runner.name, mode, queue_url, postgres_url,
-                 str(records[index]), str(index)],
+                 str(records[index]), str(index), repr(work_seconds)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             ))
     deadline = time.monotonic() + RUN_TIME_LIMIT
@@ -551,7 +664,7 @@ def chosen(names: Sequence[str]) -> tuple[list[QueueRunner], list[str]]:
 
 
 def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: dict[str, str | None],
-          command: str, out: Path) -> int:
+          command: str, out: Path, work_ms: float = 0.0) -> int:
     """Every chosen queue, unguarded then guarded, ``repeat`` times; the medians into ``out``."""
     from fence._targets_cli import servers
 
@@ -571,7 +684,7 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         for runner in runners:
             for round_number in range(1, repeat + 1):
                 for mode in MODES:
-                    run = run_once(runner, mode, workers, jobs, urls, Path(scratch))
+                    run = run_once(runner, mode, workers, jobs, urls, Path(scratch), work_ms / 1000)
                     results.setdefault((runner.name, mode), []).append(run)
                     print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s, "
                           f"{'counts right' if run.counts_right else 'COUNTS WRONG'}", file=sys.stderr, flush=True)
@@ -586,10 +699,16 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
           if load and load_after else []),
         f"# each queue: {jobs} jobs enqueued, then drained by {workers} worker process(es), unguarded then guarded, "
         f"{repeat} round(s); figures are the medians of the rounds",
-        "# effect: one row in PostgreSQL for both modes. unguarded: one INSERT (1 transaction); guarded: fence.guard's",
-        "#   attempt (1 transaction: the attempt's upsert) and commit (1 transaction: the attempt's upsert, the key's",
-        "#   first payload, the fenced INSERT, the attempt marked committed), schema fence_bench_guard; pgqueuer's",
-        "#   recipe (guarded_attempt) also reads the job's picks from pgqueuer's log first",
+        "# effect: one row in PostgreSQL for both modes. unguarded: one INSERT (1 statement, 1 round trip); guarded:",
+        "#   fence.guard's attempt (1 statement: the attempt's upsert) and commit (1 statement: the attempt in flight ->",
+        "#   committed and the fenced INSERT; only a refused commit runs the judged transaction that reads the key's",
+        "#   first payload), schema fence_bench_guard, one connection per worker thread. The recipes' own reads,",
+        "#   guarded only: pgqueuer's guarded_attempt reads the job's picks from pgqueuer's log (an await on its",
+        "#   connection); DBOS's step reads its workflow's status (DBOS.get_workflow_status) for its attempt id",
+        (f"# task work: {work_ms:g} ms before the effect in both modes (time.sleep in a sync worker, asyncio.sleep in"
+         " pgqueuer's and arq's): a task that does something besides its write" if work_ms else
+         "# task work: none (the cheapest task: its write alone, so the guard's round trips are the largest fraction"
+         " they can be)"),
         "# jobs/s: jobs over the drain (first task start to last task finish)",
         "# p50/p99 ms: enqueue to finish per job; every job is enqueued before the workers start, so this is mostly",
         "#   the workers' start-up and the wait behind the backlog, not the guard",
@@ -638,8 +757,8 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
 
 # -- a worker process -----------------------------------------------------------------------------
 def _worker_main(argv: Sequence[str]) -> int:
-    name, mode, queue_url, postgres_url, record, index = argv
-    effect = Effect(mode, postgres_url, Path(record))
+    name, mode, queue_url, postgres_url, record, index, work_seconds = argv
+    effect = Effect(mode, postgres_url, Path(record), float(work_seconds))
     RUNNERS[name].work(queue_url, effect, int(index))
     return 0
 

@@ -437,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
     guard = bench.add_argument_group("guard")
     guard.add_argument("--queue", action="append", choices=list(RUNNERS),
                        help="guard: only this queue (repeatable; default every shipped queue)")
+    guard.add_argument("--work-ms", type=_arguments.positive_milliseconds, metavar="MS",
+                       help="guard: each task first works MS milliseconds (a sleep), in both modes; the record goes to "
+                       "guard-cost-work-<MS>ms.txt (default: no work, guard-cost.txt: the cheapest task)")
     guard.add_argument("--postgres", metavar="URL",
                        help="guard: PostgreSQL for the PostgreSQL queues and every effect (default: $FENCE_POSTGRES_URL, "
                        "else a private cluster started and stopped with scripts/postgres.sh); its bench tables are emptied")
@@ -574,18 +577,19 @@ def cmd_explore(args) -> int:
 def cmd_bench(args) -> int:
     from fence import _bench
 
-    if args.what != "guard" and (args.queue or args.postgres or args.redis):
-        raise BadInput(f"--queue, --postgres and --redis are for 'fence bench guard', not {args.what}")
+    if args.what != "guard" and (args.queue or args.postgres or args.redis or args.work_ms):
+        raise BadInput(f"--queue, --work-ms, --postgres and --redis are for 'fence bench guard', not {args.what}")
     if args.what == "guard":
         from fence import _bench_guard
 
         if args.backend or args.url or args.policy:
             raise BadInput("--backend, --url and --policy are not for 'fence bench guard': it runs every shipped "
                            "queue on its own server (choose with --queue)")
-        out = _output.report_file(args, "bench guard", "guard-cost.txt")
+        work_ms = args.work_ms or 0.0
+        out = _output.report_file(args, "bench guard", f"guard-cost-work-{work_ms:g}ms.txt" if work_ms else "guard-cost.txt")
         return _bench_guard.guard(
             args.queue or (), args.workers or 2, args.jobs or 500, args.repeat or 3,
-            {"postgres": args.postgres, "redis": args.redis}, _output.command_line("fence bench guard"), out,
+            {"postgres": args.postgres, "redis": args.redis}, _output.command_line("fence bench guard"), out, work_ms,
         )
     if args.what == "fleet":
         from fence._experiments_cli import cmd_fleet

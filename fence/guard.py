@@ -61,7 +61,13 @@ class Refused(FenceError, RuntimeError):
 
 
 class Guard:
-    """The guard at one destination: attempts on the worker side, ``recover`` on the janitor side."""
+    """The guard at one destination: attempts on the worker side, ``recover`` on the janitor side.
+
+    ``Guard.open`` keeps one connection: open a guard per worker (process, or
+    thread when the worker runs jobs on threads) and keep it, rather than one
+    per job. On PostgreSQL a job's attempt is then two round trips: the
+    registration and the commit, one statement each.
+    """
 
     def __init__(self, destination: Destination, *, owns: object = None) -> None:
         missing = [name for name in ("fence", "fingerprint", "witness") if not getattr(destination.guards, name)]

@@ -313,6 +313,95 @@ def test_abandon_and_commit_racing_never_both_win(backend_url):
         janitor.close()
 
 
+def test_the_guards_commits_racing_on_one_key_write_once_and_judge_the_rest(backend_url):
+    """With fence.guard's three guards, four attempts committing one key at once (two payloads): one WRITTEN, the
+    rest ALREADY_EXISTS for the winner's payload or CONFLICT for the other, each loser witnessed refused."""
+    open_backend(backend_url, capacity=1, guards=ALL_GUARDS, reset=True).close()
+    backends = [open_backend(backend_url, capacity=1, guards=ALL_GUARDS) for _ in range(4)]
+    try:
+        for round_ in range(10):
+            key = f"k{round_}"
+            for i in range(4):
+                backends[i].destination.register(f"{key}-a{i}", key)
+            results = _together(4, lambda i: backends[i].destination.commit(f"{key}-a{i}", key, "pq"[i % 2]))
+            assert [r.value for r in results].count("written") == 1
+            winner = results.index(CommitResult.WRITTEN)
+            for i, result in enumerate(results):
+                state = backends[0].destination.attempt_state(f"{key}-a{i}")
+                if i == winner:
+                    assert state is AttemptState.COMMITTED
+                else:
+                    same_payload = i % 2 == winner % 2
+                    assert result is (CommitResult.ALREADY_EXISTS if same_payload else CommitResult.CONFLICT)
+                    assert state is AttemptState.REFUSED
+        effects = backends[0].destination.effects()
+        assert len(effects) == 10 and len({e.key for e in effects}) == 10
+    finally:
+        for backend in backends:
+            backend.close()
+
+
+def test_the_guards_abandon_and_commit_racing_never_both_win(backend_url):
+    """With fence.guard's three guards, an attempt abandoned while its commit races in is either committed (and
+    abandon says so, the effect there) or refused (and no effect written), registered first or unseen."""
+    open_backend(backend_url, capacity=1, guards=ALL_GUARDS, reset=True).close()
+    worker, janitor = (open_backend(backend_url, capacity=1, guards=ALL_GUARDS) for _ in range(2))
+    outcomes = set()
+    try:
+        for n in range(40):
+            attempt, key = f"a{n}", f"k{n}"
+            if n % 2:  # half registered on entry, half unseen until their commit
+                worker.destination.register(attempt, key)
+            committed, abandoned = _together(
+                2,
+                lambda i: worker.destination.commit(attempt, key, "p") if i == 0
+                else janitor.destination.abandon_unless_committed(attempt),
+            )
+            outcomes.add(abandoned)
+            if abandoned is AttemptState.ABANDONED:
+                assert committed is CommitResult.ABANDONED and not janitor.destination.lookup(key)
+            else:
+                assert abandoned is AttemptState.COMMITTED
+                assert committed is CommitResult.WRITTEN and janitor.destination.lookup(key)
+            assert janitor.destination.attempt_state(attempt) is abandoned
+    finally:
+        worker.close()
+        janitor.close()
+
+
+def test_on_postgres_a_guarded_job_is_two_statements_and_no_transaction_block(postgres_url):
+    """fence.guard's price on PostgreSQL: the attempt's registration and a commit that writes are one statement
+    each, sent without BEGIN or COMMIT; a commit refused by the fence reads the key's payload after its one try."""
+    backend = open_backend(postgres_url, capacity=1, guards=ALL_GUARDS, reset=True)
+    connection = backend.store._connection
+    sent: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(connection, name)
+
+        def execute(self, query, *args, **kwargs):
+            sent.append(" ".join(str(query).split()[:1]).upper())
+            return connection.execute(query, *args, **kwargs)
+
+        def transaction(self, *args, **kwargs):
+            sent.append("BEGIN")
+            return connection.transaction(*args, **kwargs)
+
+    backend.store._connection = Counting()
+    try:
+        destination = backend.destination
+        assert destination.register("a1", "k") is AttemptState.IN_FLIGHT
+        assert destination.commit("a1", "k", "p") is CommitResult.WRITTEN
+        assert sent == ["INSERT", "WITH"]
+        sent.clear()
+        assert destination.commit("a2", "k", "p") is CommitResult.ALREADY_EXISTS
+        assert sent[:2] == ["WITH", "BEGIN"] and "SELECT" in sent[2:]
+    finally:
+        backend.store._connection = connection
+        backend.close()
+
+
 # -- janitors that race, and one clock ---------------------------------------------------
 def _expired_leases(url: str, count: int):
     backend = open_backend(url, capacity=count, guards=Guards(), reset=True)

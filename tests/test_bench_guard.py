@@ -1,7 +1,7 @@
 """fence bench guard: each queue's own worker drains its jobs once each, unguarded and guarded (counts, never durations).
 
-One tiny run per mode on one Redis queue (arq) and one PostgreSQL queue
-(procrastinate): one worker process, ten jobs. The figures it times go into
+One tiny run per mode on one Redis queue (arq) and two PostgreSQL queues
+(procrastinate; DBOS, whose runtime runs workflows on threads): ten jobs. The figures it times go into
 evidence/guard-cost.txt; here only what it counts is checked: every job's task
 finished exactly once and the destination holds exactly one effect per key
 (plain rows unguarded, the guard's commits guarded).
@@ -34,6 +34,31 @@ def test_one_worker_process_runs_every_job_once_with_one_effect_per_key(queue, m
     assert run.effects_per_key == Counter({key: 1 for key in KEYS})
     assert len(run.latencies) == len(run.task_times) == JOBS
     assert run.counts_right
+
+
+@pytest.mark.parametrize("mode", ["unguarded", "guarded"])
+def test_dboss_own_worker_runs_every_job_once_with_one_effect_per_key(mode, postgres_url, tmp_path):
+    """DBOS's launched runtime (its queue thread and workflow threads, a connection per thread) drains the bench's
+    workflows: each key's step finished once, one effect per key, in both modes."""
+    runner = RUNNERS["dbos"]
+    if runner.missing():
+        pytest.skip(runner.missing())
+    run = run_once(runner, mode, workers=2, jobs=JOBS, urls={"postgres": postgres_url}, scratch=tmp_path)
+    assert run.runs_per_key == Counter({key: 1 for key in KEYS})
+    assert run.effects_per_key == Counter({key: 1 for key in KEYS})
+    assert run.counts_right
+
+
+@pytest.mark.parametrize("mode", ["unguarded", "guarded"])
+def test_with_work_each_task_works_before_its_effect_in_both_modes(mode, postgres_url, redis_url, tmp_path):
+    """--work-ms: every task of either mode takes at least its work (start to finish), and the counts stay right."""
+    runner = RUNNERS["arq"]
+    if runner.missing():
+        pytest.skip(runner.missing())
+    run = run_once(runner, mode, workers=1, jobs=JOBS, urls={"postgres": postgres_url, "redis": redis_url},
+                   scratch=tmp_path, work_seconds=0.05)
+    assert run.counts_right
+    assert min(run.task_times) >= 0.05  # a lower bound the task itself sets, not a timing of the machine
 
 
 def test_counts_are_wrong_when_a_job_ran_twice_or_an_effect_is_missing():

@@ -25,6 +25,12 @@ janitors and machines sharing one ledger.
 * "Abandon this attempt unless it committed" is one upsert statement on the
   attempts table (the witness), so no commit can slip between the question and
   the tombstone; a commit takes the attempt's row first, so the two serialise.
+* Round trips are the guard's price per job on PostgreSQL: an attempt's
+  registration and an abandon are one statement each, run as their own
+  transaction (no BEGIN, no COMMIT); a commit with the fence and the witness on
+  first tries the one statement that writes, and only when that writes nothing
+  (the attempt not in flight, or the fence refusing) runs the judged
+  transaction that reads the key's first payload.
 * One clock. Every method keeps the core's ``now`` argument (the models pass
   logical ticks); ``now=None`` means the database's clock, read inside the same
   transaction that writes the deadline or judges the expiry, so workers whose
@@ -190,6 +196,26 @@ class SqlStore:
     def run(self, text: str, params: tuple = ()) -> int:
         """Execute a change; how many rows it changed."""
         return self._connection.execute(self._sql(text), params).rowcount
+
+    def one_alone(self, text: str, params: tuple = ()) -> tuple | None:
+        """One statement as a transaction of its own: one round trip on PostgreSQL.
+
+        A single statement is atomic by itself; outside a transaction the
+        autocommit connection runs it without the BEGIN and COMMIT round trips
+        of ``write``. SQLite (no round trips to save) and a caller already inside
+        a transaction take ``write`` as before.
+        """
+        if self.dialect is POSTGRES and not self.in_transaction():
+            return self.one(text, params)
+        with self.write():
+            return self.one(text, params)
+
+    def in_transaction(self) -> bool:
+        if self.dialect is SQLITE:
+            return self._connection.in_transaction
+        from psycopg.pq import TransactionStatus
+
+        return self._connection.info.transaction_status is not TransactionStatus.IDLE
 
     @contextlib.contextmanager
     def write(self) -> Iterator[None]:
@@ -469,13 +495,12 @@ class SqlDestination:
     def register(self, attempt_id: str, key: str) -> AttemptState | None:
         if not self.guards.witness:
             return None
-        with self.store.write():
-            # Upsert that keeps what is there: one statement, and it returns the state.
-            (state,) = self.store.one(
-                "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
-                "DO UPDATE SET state = fence_attempts.state RETURNING state",
-                (attempt_id, AttemptState.IN_FLIGHT.value),
-            )
+        # Upsert that keeps what is there: one statement, and it returns the state.
+        (state,) = self.store.one_alone(
+            "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+            "DO UPDATE SET state = fence_attempts.state RETURNING state",
+            (attempt_id, AttemptState.IN_FLIGHT.value),
+        )
         return AttemptState(state)
 
     def _first_payload(self, key: str) -> str | None:
@@ -483,6 +508,50 @@ class SqlDestination:
         return None if row is None else row[0]
 
     def commit(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        if self._writes_in_one_statement():
+            written = self._commit_in_one_statement(attempt_id, key, payload)
+            if written is not None:
+                return written
+        return self._commit_judged(attempt_id, key, payload)
+
+    def _writes_in_one_statement(self) -> bool:
+        """PostgreSQL with the fence and the witness on, outside a caller's transaction: the one-statement commit."""
+        store = self.store
+        return (store.dialect is POSTGRES and self.guards.fence and self.guards.witness
+                and not store.in_transaction())
+
+    def _commit_in_one_statement(self, attempt_id: str, key: str, payload: str) -> CommitResult | None:
+        """The commit that writes, in one round trip; None (nothing changed) for any other answer.
+
+        One statement, so one transaction: the attempt's row goes in flight ->
+        (the judge's) committed, or is created so if unseen, taking its lock as
+        the full commit does; the effect goes in under the UNIQUE fence. When
+        the attempt is not in flight (abandoned, committed, refused) the upsert
+        changes nothing and no effect is written. When the key already holds an
+        effect the fence raises a unique violation, which undoes the whole
+        statement, the attempt's move included. Either way the full, judged
+        commit runs next and gives the answer: the key's first payload is read
+        only then. With the fence on, no effect for the key is exactly "no
+        first payload", so what this writes is what ``judge_commit`` writes.
+        """
+        import psycopg
+
+        result, witnessed = judge_commit(self.guards, AttemptState.IN_FLIGHT, None, payload)
+        try:
+            row = self.store.one(
+                "WITH moved AS (INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) "
+                "ON CONFLICT (attempt_id) DO UPDATE SET state = excluded.state WHERE fence_attempts.state = ? "
+                "RETURNING 1) "
+                "INSERT INTO fence_effects (key, attempt_id, payload, fence_key) SELECT ?, ?, ?, ? FROM moved "
+                "RETURNING seq",
+                (attempt_id, witnessed.value, AttemptState.IN_FLIGHT.value, key, attempt_id, payload, key),
+            )
+        except psycopg.errors.UniqueViolation:
+            return None  # another attempt's effect holds the key: nothing of this statement stayed
+        return result if row is not None else None
+
+    def _commit_judged(self, attempt_id: str, key: str, payload: str) -> CommitResult:
+        """The commit as one transaction of several statements, every answer decided by ``judge_commit``."""
         store, guards = self.store, self.guards
         with store.write():
             known = None
@@ -525,14 +594,13 @@ class SqlDestination:
     def abandon_unless_committed(self, attempt_id: str) -> AttemptState:
         if not self.guards.witness:
             raise WitnessRequired("abandon_unless_committed needs a destination with the witness guard on")
-        with self.store.write():
-            # One statement: a tombstone if unseen, ABANDONED unless COMMITTED, the result returned.
-            (state,) = self.store.one(
-                "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
-                "DO UPDATE SET state = CASE WHEN fence_attempts.state = ? THEN fence_attempts.state "
-                "ELSE excluded.state END RETURNING state",
-                (attempt_id, AttemptState.ABANDONED.value, AttemptState.COMMITTED.value),
-            )
+        # One statement: a tombstone if unseen, ABANDONED unless COMMITTED, the result returned.
+        (state,) = self.store.one_alone(
+            "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+            "DO UPDATE SET state = CASE WHEN fence_attempts.state = ? THEN fence_attempts.state "
+            "ELSE excluded.state END RETURNING state",
+            (attempt_id, AttemptState.ABANDONED.value, AttemptState.COMMITTED.value),
+        )
         return AttemptState(state)
 
     def effects(self) -> list[Effect]:
