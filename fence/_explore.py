@@ -173,7 +173,7 @@ from fence._state_key import (
 )
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._visited import (
-    FINGERPRINT_BITS, FRONTIER_BUDGET, Fingerprints, Frontier, Parents, VisitedTable, collision_probability,
+    FINGERPRINT_BITS, Fingerprints, Frontier, Parents, VisitedTable, collision_probability,
     describe_collisions, of_plain,
 )
 from fence._world import Action, ModelConfig, World
@@ -239,6 +239,11 @@ class Exploration:
     """Each visited state is kept as a fingerprint of its key of this many bits (``fence._visited``)."""
     visited_bytes: int = 0
     """What the visited set (fingerprints and state numbers) and the parent pointers held at the end."""
+    spilled: int = 0
+    """States the one-process walk's frontier wrote to a file, its level outgrowing ``frontier_budget``."""
+    rebuilt: int = 0
+    """Worlds the one-process walk rebuilt by replaying their path from the root (``AbstractWalk.replay``,
+    ``WorldWalk.replay``): a frontier keeps states as numbers, and Worlds only while they are few."""
 
     @property
     def states_per_second(self) -> float:
@@ -320,7 +325,7 @@ def walk(
     memo: bool | None = None,
     by_whole_state: bool = False,
     key_policy: bool = False,
-    frontier_budget: int = FRONTIER_BUDGET,
+    frontier_budget: int | None = None,
 ) -> Exploration:
     """Breadth-first over every enabled action; a verdict per invariant (``explore`` is the entry).
 
@@ -340,6 +345,8 @@ def walk(
     fence's own parts only, every enabled action taken (no janitor stands for
     another), each state keyed by ``fence._state_key.whole_state``, no memo and no
     symmetry; it merges only states equal in every field, so it is slow.
+    ``frontier_budget``: bytes of a level's frontier kept in memory before the rest
+    spills to a file (``fence._visited.Frontier``; ``FRONTIER_BUDGET`` by default).
     """
     if by_whole_state:
         memo, symmetry = False, False
@@ -455,6 +462,7 @@ def walk(
             else:
                 depth += 1
                 strategy.next_level(frontier)
+                result.spilled += frontier.spilled
                 frontier.close()
                 frontier = following
                 if progress is not None:
@@ -479,6 +487,7 @@ def walk(
     result.depth = depth
     result.states = len(parents)
     result.visited_bytes = visited.bytes_used()
+    result.rebuilt = strategy.replays
     result.exhausted = out_of_budget is None and not frontier
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started

@@ -304,8 +304,10 @@ class Frontier:
     Rows come back in the order they were appended.
     """
 
-    def __init__(self, width: int, budget: int = FRONTIER_BUDGET) -> None:
+    def __init__(self, width: int, budget: int | None = None) -> None:
+        """``budget``: bytes kept in memory, ``FRONTIER_BUDGET`` unless given."""
         self.width = width
+        budget = FRONTIER_BUDGET if budget is None else budget
         self._budget_numbers = max(width, budget // 4)
         self._rows = array("I")
         self._file = None
