@@ -228,23 +228,30 @@ class AbstractWalk:
         """The clock -> its ticks, as [rank, -1, None, action, None]."""
         self.readings: dict[int, tuple[int, bool]] = {}
         """``readings_key`` -> (the job's live writers, whether it has messages in flight)."""
-        self.meant: dict[int | str, tuple[str, tuple]] = {}
-        """node -> (job, relative action) of the janitor's step that made it (``translate``); and
-        invariant name -> the same of the janitor's step that broke it."""
+        self.meant: dict[str, tuple[str, tuple]] = {}
+        """Invariant name -> (job, relative action) of the janitor's step that broke it (``translate``);
+        what the janitor's step into a state was meant to do is kept with its parent (``meant_of``)."""
         self.last_meant: tuple[str, tuple] | None = None
         """(job, relative action) of the janitor's step ``successors`` yielded last, else None."""
         self.number = PartNumbers()
         self.parts_by_number = self.number.parts
         self.tick_moves: dict[tuple, int] = {}
         """The tick memo's answers by part number: (part, clock, tick) -> part."""
-        self.built: list[Entry] = []
-        self.built_before: list[Entry] = []
+        self.built: dict[int, World] = {}
+        """State number -> the World built for it while this level was expanded (``world_of``)."""
+        self.built_before: dict[int, World] = {}
+        """The same for the level before: kept so that the level being expanded finds its parents' Worlds."""
+        self.contexts = PartNumbers()
+        self.promises = PartNumbers()
+        """Contexts and abandon promises by number, as the frontier's rows name them (``encode``)."""
         # The drain judge's first-round keys by part number too (not a bound method of the
         # walk, which holds the judge: a walk must leave no reference cycle, see _LongLived).
         judge_drain.number = self.number
         self.root = self.entry_of(root, None, None, None, None)
         self.root.node = 0
-        self.built = []  # the root keeps its World: every World can be built again from it
+        self.built = {}  # the root keeps its World: every World can be built again from it
+        self.width = 3 + 2 * len(self.jobs)
+        """Numbers per state in the frontier (``encode``)."""
 
     # -- readings from real Worlds ---------------------------------------------------------
     def root_key(self) -> int:
@@ -275,7 +282,6 @@ class AbstractWalk:
             parent, action, job, relative,
         )
         self.learn_readings(world, entry.details)
-        self.built.append(entry)
         return entry
 
     def learn_readings(self, world: World, details: tuple) -> None:
@@ -306,17 +312,24 @@ class AbstractWalk:
     def world_of(self, entry: Entry) -> World:
         """The entry's World, built from its parent's (itself built the same way if it was dropped).
 
-        An entry two levels back holds no parent (``next_level``): its World is the
-        path to it from the root, replayed (``replay``).
+        An entry read back from the frontier (``decode``) holds no parent: its
+        parent's World is looked up by number among those built in this level
+        and the last, and if it was not built, the path to it from the root is
+        replayed (``replay``) and kept for its siblings.
         """
         if entry.world is not None:
             return entry.world
-        if entry.parent is None:
-            world = self.replay(entry.node)
-        else:
+        if entry.parent is not None:
             before = self.world_of(entry.parent)
-            world = before.clone(history=False)
-            world.apply(translate(before, entry.action, entry.job, entry.relative))
+            action, meant = entry.action, (entry.job, entry.relative)
+        else:
+            parent, action = self.parents[entry.node]
+            meant = self.parents.meant_of(entry.node) or (None, None)
+            before = self.world_by_node(parent)
+            if before is None:
+                before = self.built[parent] = self.replay(parent)
+        world = before.clone(history=False)
+        world.apply(translate(before, action, *meant))
         world.reached.clear()  # counted by the walk already, from the memo's answer
         memo = world.job_memo
         parts_by_number = self.parts_by_number
@@ -324,34 +337,60 @@ class AbstractWalk:
             memo[job] = parts_by_number[part]
             memo[DETAIL + job] = detail
         entry.world = world
-        self.built.append(entry)
+        if entry.node >= 0:
+            self.built[entry.node] = world
         return world
+
+    def world_by_node(self, node: int) -> World | None:
+        """The World built for state ``node`` in this level or the last, else None (the root's is always kept)."""
+        if node == 0:
+            return self.root.world
+        world = self.built.get(node)
+        return world if world is not None else self.built_before.get(node)
 
     def replay(self, node: int) -> World:
         """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
         parents = self.parents
         world = self.root.world.clone(history=False)
-        meant = self.meant
         for node in parents.lineage(node):
             action = parents[node][1]
-            if node in meant:
-                action = translate(world, action, *meant[node])
+            meant = parents.meant_of(node)
+            if meant is not None:
+                action = translate(world, action, *meant)
             world.apply(action)
+        world.reached.clear()
         self.replays += 1
         return world
 
-    def next_level(self, expanded: list) -> None:
-        """Drop the Worlds built before the last level began, and the parents of the level just expanded.
+    def next_level(self, expanded) -> None:
+        """Drop the Worlds built before the last level began.
 
-        Both can be had again (``world_of``, ``replay``): so an entry keeps only its
-        parent alive, never the chain of its ancestors back to the root, and the
-        walk holds about two levels of entries, not every state's readings.
+        They can be had again (``world_of``, ``replay``): the walk holds the
+        Worlds of about two levels' misses, and every other state as a row of
+        numbers in the frontier (``encode``).
         """
-        for entry in self.built_before:
-            entry.world = None
-        self.built_before, self.built = self.built, []
-        for _node, entry in expanded:
-            entry.parent = None
+        self.built_before, self.built = self.built, {}
+
+    def encode(self, node: int, entry: Entry) -> tuple:
+        """The entry as the frontier keeps it: its number, context and abandon promises by number, then
+        each job's detail and key part (numbers already); ``decode`` reads it back."""
+        return (node, self.contexts(entry.shared), self.promises(entry.abandoned)) + entry.details + entry.parts
+
+    def decode(self, row) -> tuple[int, Entry]:
+        node = row[0]
+        jobs = len(self.jobs)
+        if node == 0:
+            return 0, self.root
+        entry = Entry(tuple(row[3:3 + jobs]), tuple(row[3 + jobs:]), self.promises.parts[row[2]],
+                      self.contexts.parts[row[1]], self.world_by_node(node), None, None, None, None)
+        entry.node = node
+        return node, entry
+
+    def meant_of(self, entry: Entry):
+        """What the janitor's step into ``entry`` was meant to do (``translate``), else None."""
+        if entry.job is not None and entry.action.kind in JANITOR_KINDS:
+            return (entry.job, entry.relative)
+        return None
 
     def meant_finding(self, name: str) -> None:
         """The step just yielded broke ``name``: remember what it was meant to do, if a janitor's."""
@@ -359,10 +398,10 @@ class AbstractWalk:
             self.meant[name] = self.last_meant
 
     def adopt(self, entry: Entry, node: int) -> None:
-        """``entry`` is the new state ``node``: remember what its janitor's step was meant to do."""
+        """``entry`` is the new state ``node`` (its parent and step are in ``parents`` now)."""
         entry.node = node
-        if entry.job is not None and entry.action.kind in JANITOR_KINDS:
-            self.meant[node] = (entry.job, entry.relative)
+        if entry.world is not None:
+            self.built[node] = entry.world
 
     # -- the walk ------------------------------------------------------------------------------
     def actions_of(self, entry: Entry) -> list[tuple]:

@@ -172,7 +172,10 @@ from fence._state_key import (
     whole_state,
 )
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
-from fence._visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, describe_collisions, of_plain
+from fence._visited import (
+    FINGERPRINT_BITS, Fingerprints, Frontier, Parents, VisitedTable, collision_probability,
+    describe_collisions, of_plain,
+)
 from fence._world import Action, ModelConfig, World
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
@@ -236,6 +239,11 @@ class Exploration:
     """Each visited state is kept as a fingerprint of its key of this many bits (``fence._visited``)."""
     visited_bytes: int = 0
     """What the visited set (fingerprints and state numbers) and the parent pointers held at the end."""
+    spilled: int = 0
+    """States the one-process walk's frontier wrote to a file, its level outgrowing ``frontier_budget``."""
+    rebuilt: int = 0
+    """Worlds the one-process walk rebuilt by replaying their path from the root (``AbstractWalk.replay``,
+    ``WorldWalk.replay``): a frontier keeps states as numbers, and Worlds only while they are few."""
 
     @property
     def states_per_second(self) -> float:
@@ -317,6 +325,7 @@ def walk(
     memo: bool | None = None,
     by_whole_state: bool = False,
     key_policy: bool = False,
+    frontier_budget: int | None = None,
 ) -> Exploration:
     """Breadth-first over every enabled action; a verdict per invariant (``explore`` is the entry).
 
@@ -336,6 +345,8 @@ def walk(
     fence's own parts only, every enabled action taken (no janitor stands for
     another), each state keyed by ``fence._state_key.whole_state``, no memo and no
     symmetry; it merges only states equal in every field, so it is slow.
+    ``frontier_budget``: bytes of a level's frontier kept in memory before the rest
+    spills to a file (``fence._visited.Frontier``; ``FRONTIER_BUDGET`` by default).
     """
     if by_whole_state:
         memo, symmetry = False, False
@@ -375,8 +386,8 @@ def walk(
         strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, fingerprint=of_plain,
                                 parents=parents)
     else:
-        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state)
-    visited: dict[int, int] = {strategy.root_key(): 0}
+        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents)
+    visited = VisitedTable(strategy.root_key(), parents)
 
     def check_teardown(node: int, state) -> None:
         if all(inv.name in found for inv in teardown_invariants):
@@ -411,10 +422,9 @@ def walk(
             # The abstract walk yields no child for a state already visited.
             if child is None or key in visited:
                 continue
-            child_node = parents.add(node, action)
-            visited[key] = child_node
+            child_node = visited.add(key, node, action, strategy.meant_of(child))
             strategy.adopt(child, child_node)
-            following.append((child_node, child))
+            following.append(strategy.encode(child_node, child))
             check_teardown(child_node, child)
             if budgeted and (stopped := over_budget()) is not None:
                 return stopped
@@ -422,7 +432,9 @@ def walk(
 
     budgeted = time_budget is not None or max_states is not None
     check_teardown(0, strategy.root)
-    frontier: list = [(0, strategy.root)]
+    frontier = Frontier(strategy.width, frontier_budget)
+    frontier.append(strategy.encode(0, strategy.root))
+    following = frontier
     depth = 0
     out_of_budget = None
     long_lived = _LongLived(faithfulness_check is None)  # fence's own parts only: they hold no cycles
@@ -430,8 +442,9 @@ def walk(
         while frontier and out_of_budget is None:
             if max_depth is not None and depth >= max_depth:
                 break
-            following: list[tuple[int, World]] = []
-            for node, world in frontier:
+            following = Frontier(strategy.width, frontier_budget)
+            for row in frontier:
+                node, world = strategy.decode(row)
                 out_of_budget = over_budget()
                 if out_of_budget is not None:
                     break
@@ -449,6 +462,8 @@ def walk(
             else:
                 depth += 1
                 strategy.next_level(frontier)
+                result.spilled += frontier.spilled
+                frontier.close()
                 frontier = following
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
@@ -458,6 +473,9 @@ def walk(
             break
     finally:
         long_lived.close()
+        frontier.close()
+        if following is not frontier:
+            following.close()
     # The sampled checks stand behind a proof; a walk cut short proves nothing, and
     # its violations are replayed from scratch anyway (``_counterexample``).
     if faithfulness_check is not None and out_of_budget is None:
@@ -468,7 +486,8 @@ def walk(
             out_of_budget = "unfaithful"
     result.depth = depth
     result.states = len(parents)
-    result.visited_bytes = _visited_bytes(visited, parents)
+    result.visited_bytes = visited.bytes_used()
+    result.rebuilt = strategy.replays
     result.exhausted = out_of_budget is None and not frontier
     result.stopped_by = out_of_budget if out_of_budget != "all_violated" else None
     result.seconds = time.perf_counter() - started
@@ -496,9 +515,20 @@ class WorldWalk:
     meant = None
     """What janitors' steps were meant to do: only the abstract walk needs it (its janitors are numbered)."""
 
+    WORLDS_KEPT = 50_000
+    """Worlds waiting in the frontier at most (two levels' worth); a state queued beyond them waits as its
+    number alone, and its World is rebuilt from the root by its path when its level is expanded (``decode``)."""
+
+    width = 1
+    """Numbers per state in the frontier: its number (``encode``)."""
+
     def __init__(self, root: World, symmetry: bool, step_invariants, judge_drain: DrainJudge,
-                 by_whole_state: bool = False) -> None:
+                 by_whole_state: bool = False, parents: Parents | None = None) -> None:
         self.root = root
+        self.parents = parents
+        self.waiting: dict[int, World] = {}
+        """State number -> its World, for states in the frontier while there are fewer than ``WORLDS_KEPT``."""
+        self.replays = 0
         self.symmetry = symmetry
         self.step_invariants = step_invariants
         self.judge_drain = judge_drain
@@ -546,8 +576,39 @@ class WorldWalk:
     def meant_finding(self, name: str) -> None:
         pass
 
-    def next_level(self, expanded: list) -> None:
+    def meant_of(self, child: World) -> None:
+        return None
+
+    def next_level(self, expanded) -> None:
         pass
+
+    def encode(self, node: int, world: World) -> tuple[int]:
+        """The state as the frontier keeps it: its number; its World kept aside while there is room."""
+        if node == 0 or len(self.waiting) < self.WORLDS_KEPT:
+            self.waiting[node] = world
+        return (node,)
+
+    def decode(self, row) -> tuple[int, World]:
+        node = row[0]
+        world = self.waiting.pop(node, None)
+        if world is None:
+            world = self.replay(node)
+        return node, world
+
+    def replay(self, node: int) -> World:
+        """The World of state ``node``, rebuilt from the root's by the walk's path to it (``parents``).
+
+        Each step is taken on a copy without history, as the walk took it: the
+        same plug-in copies (``World.clone``) the walk made, so a World rebuilt
+        is one the walk could have kept (``FaithfulnessCheck`` tests that the
+        plug-ins' copies and replays agree).
+        """
+        world = self.root
+        for action in self.parents.path_to(node):
+            world = world.clone(history=False)
+            world.apply(action)
+        self.replays += 1
+        return world
 
 
 class _LongLived:
@@ -950,7 +1011,7 @@ def _judge(
     result: Exploration,
     invariants: tuple[Invariant, ...],
     found: dict[str, tuple[int, Action | None]],
-    parents: list[tuple[int, Action] | None],
+    parents: Parents,
     out_of_budget: str | None,
     destination_factory,
     ledger_factory=None,
@@ -958,9 +1019,10 @@ def _judge(
 ) -> None:
     """A verdict per invariant, with the path to each violation replayed as a counterexample.
 
-    ``meant`` (from the abstract walk, ``fence._abstract``): node -> what the janitor's
-    step into it was meant to do; such a step is translated to a janitor that can take it
-    on the replay.
+    ``meant`` (from the abstract walk, ``fence._abstract``): invariant name -> what the
+    janitor's step that broke it was meant to do; what the janitor's step into a state was
+    meant to do is kept with the parents (``Parents.meant_of``). Such a step is translated to
+    a janitor that can take it on the replay.
     """
     policy, config = result.policy, result.config
 
@@ -969,9 +1031,9 @@ def _judge(
         while parents[node] is not None:
             child = node
             node, action = parents[node]
-            steps.append((action, meant.get(child) if meant else None))
+            steps.append((action, parents.meant_of(child) if meant is not None else None))
         steps.reverse()
-        if not meant:
+        if meant is None:
             return [action for action, _ in steps]
 
         return replayable(World(policy, config, destination_factory, ledger_factory), steps)

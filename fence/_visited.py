@@ -30,6 +30,7 @@ The canonical encoding
 from __future__ import annotations
 
 import hashlib
+import tempfile
 import marshal
 from array import array
 
@@ -114,29 +115,37 @@ class Fingerprints:
 
 
 class Parents:
-    """Each visited state's parent and the step from it, as two arrays: the path to any state, rebuilt.
+    """Each visited state's parent and the step from it, as two flat arrays: the path to any state, rebuilt.
 
     State ``n`` is the n-th state the walk found (the root is 0); its entry is
-    the number of the state it was found from and the number of the step taken
-    (steps are kept once each, ``steps``). That is all a shortest counterexample
-    needs: ``path_to`` walks the numbers back to the root, and the path is
-    replayed from scratch (``fence._explore._judge``), never read from a stored
-    state. Indexing gives ``(parent, action)``, or None for the root, as the
-    list of pairs it replaces did.
+    the number of the state it was found from (a signed 32-bit number, -1 for
+    the root) and the number of the step taken (16 bits while fewer than 65,536
+    distinct steps were taken, then 32). A step is kept once, with what a
+    janitor's step was meant to do (``meant``: the abstract walk's janitors are
+    numbered, see ``fence._abstract.translate``), so a state costs 6 bytes here.
+    That is all a shortest counterexample needs: ``path_to`` walks the numbers
+    back to the root, and the path is replayed from scratch
+    (``fence._explore._judge``), never read from a stored state. Indexing gives
+    ``(parent, action)``, or None for the root.
     """
 
     def __init__(self) -> None:
-        self._parent = array("q", [-1])
-        self._step = array("l", [-1])
+        self._parent = array("i", [-1])
+        self._step = array("H", [0])  # the root's is never read
         self.steps: list = []
+        """The distinct steps taken, by number."""
+        self._meant: list = []
         self._step_numbers: dict = {}
 
-    def add(self, parent: int, action) -> int:
-        """Record a new state found from ``parent`` by ``action``; its number."""
-        number = self._step_numbers.get(action)
+    def add(self, parent: int, action, meant=None) -> int:
+        """Record a new state found from ``parent`` by ``action`` (meant as ``meant``); its number."""
+        number = self._step_numbers.get((action, meant))
         if number is None:
-            number = self._step_numbers[action] = len(self.steps)
+            number = self._step_numbers[(action, meant)] = len(self.steps)
             self.steps.append(action)
+            self._meant.append(meant)
+            if number > 0xFFFF and self._step.typecode == "H":
+                self._step = array("I", self._step)
         self._parent.append(parent)
         self._step.append(number)
         return len(self._parent) - 1
@@ -147,6 +156,10 @@ class Parents:
     def __getitem__(self, node: int):
         parent = self._parent[node]
         return None if parent < 0 else (parent, self.steps[self._step[node]])
+
+    def meant_of(self, node: int):
+        """What the step into state ``node`` was meant to do, as given to ``add`` (None for most)."""
+        return None if self._parent[node] < 0 else self._meant[self._step[node]]
 
     def lineage(self, node: int) -> list[int]:
         """The states on the path from the root to state ``node``, in order: the root left out, ``node`` last."""
@@ -165,3 +178,188 @@ class Parents:
     def bytes_used(self) -> int:
         """What the two arrays hold (the steps themselves are a few hundred objects)."""
         return self._parent.itemsize * len(self._parent) + self._step.itemsize * len(self._step)
+
+
+_EMPTY = 0xFFFFFFFF
+"""A free slot of ``VisitedTable``'s index (no state has this number: the table holds fewer)."""
+
+
+class VisitedTable:
+    """The visited states of one walk: fingerprint -> state number, and each state's parent, in flat arrays.
+
+    What a dict of fingerprints did (about 100-130 bytes a state: a slot, the
+    fingerprint and the number as Python ints), in about 25: the fingerprints by
+    state number (``array('Q')``, 8 bytes), an open-addressing index of state
+    numbers (``array('I')``, 4 bytes a slot, kept between a quarter and half
+    full: 8-16 bytes a state) and the parents (``Parents``, 6 bytes). A
+    fingerprint's low bits pick its slot (they are a hash's already); a taken
+    slot sends it on to the next (linear probing). The index doubles when half
+    full, every state put in again by its fingerprint.
+
+    The interface is what the explorer's walks ask (and what a walk shared
+    between processes can reuse): ``add`` a new state with its parent and step,
+    ``in`` / ``get`` by fingerprint, ``parent_of`` a state, ``fingerprint_of`` a
+    state, ``len``. ``add`` trusts its caller that the fingerprint is new.
+    """
+
+    def __init__(self, root_fingerprint: int | None = None, parents: Parents | None = None,
+                 slots: int = 1 << 12) -> None:
+        """A table of the root alone (state 0), or of nothing until ``add_root``; ``parents`` if made already."""
+        if slots & (slots - 1):
+            raise ValueError("slots must be a power of two")
+        self.parents = parents if parents is not None else Parents()
+        self._fingerprints = array("Q")
+        self._index = array("I", b"\xff" * (4 * slots))
+        self._mask = slots - 1
+        if root_fingerprint is not None:
+            self.add_root(root_fingerprint)
+
+    def add_root(self, fingerprint: int) -> None:
+        """Record the root, state 0 (``parents`` holds it from the start)."""
+        if self._fingerprints:
+            raise ValueError("the table has its root already")
+        self._fingerprints.append(fingerprint)
+        self._index[fingerprint & self._mask] = 0
+
+    def __len__(self) -> int:
+        return len(self._fingerprints)
+
+    def get(self, fingerprint: int, default=None):
+        """The number of the state with this fingerprint, else ``default``."""
+        index, fingerprints, mask = self._index, self._fingerprints, self._mask
+        slot = fingerprint & mask
+        while True:
+            node = index[slot]
+            if node == _EMPTY:
+                return default
+            if fingerprints[node] == fingerprint:
+                return node
+            slot = (slot + 1) & mask
+
+    def __contains__(self, fingerprint: int) -> bool:
+        index, fingerprints, mask = self._index, self._fingerprints, self._mask
+        slot = fingerprint & mask
+        while True:
+            node = index[slot]
+            if node == _EMPTY:
+                return False
+            if fingerprints[node] == fingerprint:
+                return True
+            slot = (slot + 1) & mask
+
+    def add(self, fingerprint: int, parent: int, action, meant=None) -> int:
+        """Record the new state ``fingerprint`` (not visited yet), found from ``parent`` by ``action``; its number."""
+        node = self.parents.add(parent, action, meant)
+        self._fingerprints.append(fingerprint)
+        if 2 * len(self._fingerprints) > len(self._index):
+            self._grow()  # puts this one in too
+            return node
+        index, mask = self._index, self._mask
+        slot = fingerprint & mask
+        while index[slot] != _EMPTY:
+            slot = (slot + 1) & mask
+        index[slot] = node
+        return node
+
+    def parent_of(self, node: int):
+        """(parent's number, step) of state ``node``, or None for the root."""
+        return self.parents[node]
+
+    def fingerprint_of(self, node: int) -> int:
+        return self._fingerprints[node]
+
+    def _grow(self) -> None:
+        slots = 2 * len(self._index)
+        if slots > _EMPTY:
+            raise OverflowError(f"more than {_EMPTY // 2:,} visited states: the index numbers them in 32 bits")
+        index = array("I", b"\xff" * (4 * slots))
+        mask = slots - 1
+        for node, fingerprint in enumerate(self._fingerprints):
+            slot = fingerprint & mask
+            while index[slot] != _EMPTY:
+                slot = (slot + 1) & mask
+            index[slot] = node
+        self._index, self._mask = index, mask
+
+    def bytes_used(self) -> int:
+        """What the fingerprints, the index and the parents hold."""
+        return (self._fingerprints.itemsize * len(self._fingerprints) + self._index.itemsize * len(self._index)
+                + self.parents.bytes_used())
+
+
+FRONTIER_BUDGET = 256 * 2**20
+"""Bytes one level of the frontier keeps in memory before it spills the rest to a file (``Frontier``)."""
+
+
+class Frontier:
+    """One breadth-first level of states to expand, as rows of numbers: in memory, then in a file.
+
+    A walk's states wait here compactly encoded, ``width`` unsigned 32-bit
+    numbers a state (the walk says what they are: the abstract walk's state
+    number, context, abandon promises, and each job's detail and key part by
+    number; a walk over Worlds, the state number alone), not as live objects.
+    Once a level holds more than ``budget`` bytes, its rows so far are written
+    to a temporary file (one per level, deleted when the level is closed) and
+    read back in order, a budget's worth at a time, when the level is expanded.
+    Rows come back in the order they were appended.
+    """
+
+    def __init__(self, width: int, budget: int | None = None) -> None:
+        """``budget``: bytes kept in memory, ``FRONTIER_BUDGET`` unless given."""
+        self.width = width
+        budget = FRONTIER_BUDGET if budget is None else budget
+        self._budget_numbers = max(width, budget // 4)
+        self._rows = array("I")
+        self._file = None
+        self._spilled = 0
+        """Rows written to the file."""
+
+    def append(self, row) -> None:
+        rows = self._rows
+        rows.extend(row)
+        if len(rows) >= self._budget_numbers:
+            self._spill()
+
+    def _spill(self) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="fence-frontier-")
+        self._rows.tofile(self._file)
+        self._spilled += len(self._rows) // self.width
+        self._rows = array("I")
+
+    @property
+    def spilled(self) -> int:
+        """How many of the level's rows went to its file."""
+        return self._spilled
+
+    def __len__(self) -> int:
+        return self._spilled + len(self._rows) // self.width
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+    def __iter__(self):
+        width = self.width
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            chunk_bytes = 4 * (self._budget_numbers - self._budget_numbers % width)
+            while True:
+                data = self._file.read(chunk_bytes)
+                if not data:
+                    break
+                chunk = array("I")
+                chunk.frombytes(data)
+                for start in range(0, len(chunk), width):
+                    yield chunk[start:start + width]
+        rows = self._rows
+        for start in range(0, len(rows), width):
+            yield rows[start:start + width]
+
+    def bytes_in_memory(self) -> int:
+        return self._rows.itemsize * len(self._rows)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
