@@ -89,9 +89,11 @@ def arguments(parser) -> None:
                         "(default: fence.targets.EXPLORER_DEEP_BUDGET, 1800)")
     server_options(parser)
     add_options(parser, record=f"the report to {EVIDENCE} (from the checkout's root); counterexamples to a fresh "
-                "temporary directory", out_help="where targets.txt and the counterexamples go (ROW__POLICY__INVARIANT"
-                ".json, for fence replay)", report="also write the report to FILE (counterexamples to a fresh "
-                "temporary directory)")
+                "temporary directory", out_help="where the counterexamples go (ROW__POLICY__INVARIANT.json, for "
+                "fence replay), and targets.txt unless --report names another file")
+    # Beside --out, as on fence explore: the counterexamples go to DIR, the report to FILE.
+    parser.add_argument("--report", metavar="FILE", help="also write the report to FILE (counterexamples to --out "
+                        "DIR, else to a fresh temporary directory)")
 
 
 def server_options(parser) -> None:
@@ -159,6 +161,8 @@ def cmd_targets(args) -> int:
     from fence.targets import EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, EXPLORER_FAITHFULNESS, judge_target
 
     # Checked before the work (fence._output): a file that cannot be written is one line now.
+    if args.record and args.report:
+        raise BadInput("--record writes the report to evidence/targets.txt and --report to FILE: give one of them")
     precheck(args)
     written = in_evidence(EVIDENCE) if args.record else Path(args.report) if args.report else None
     rows = chosen_targets(args)

@@ -285,6 +285,7 @@ CASES |= {
     "targets storage not importable": (["targets", "--target", _plugin("targets:STORAGE_NOT_INSTALLED"), "--redis",
                                         "redis://127.0.0.1:1/0"], "importing no_such_queue_library_xyz failed"),
     "targets record and out": (["targets", "--record", "--out", "{out}"], "not allowed with argument"),
+    "targets record and report": (["targets", "--record", "--report", "{out}/targets.txt"], "give one of them"),
     # -- db
     "db unknown action": (["db", "frobnicate", "memory:"], "invalid choice: 'frobnicate'"),
     "db no url": (["db", "check"], "required: url"),

@@ -51,6 +51,7 @@ def test_fence_targets_finds_the_stale_failure_deleting_the_retrys_record_and_re
     cells = result.stdout.splitlines()[1].split()
     assert cells[0] == "idempotency-records" and cells[5].startswith("violated"), result.stdout
     assert "DID NOT REPLAY" not in result.stdout
+    assert (out / "targets.txt").read_text().startswith("# command: fence targets")  # --out alone: the report too
     assert "failure_after_effect" in result.stdout.split("dangers reached:")[1].splitlines()[0]
     steps = json.loads((out / FILE).read_text())["steps"]
     chosen = [step["sentence"] for step in steps if not step["drain"]]

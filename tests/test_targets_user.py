@@ -52,11 +52,14 @@ def _fence(*args, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def targets_run(outside, redis_url):
-    """``fence targets`` on the desk and on the same desk claiming an impossible tick, into one directory."""
+    """``fence targets`` on the desk and on the same desk claiming an impossible tick, into one directory.
+
+    With --out and --report together, as on fence explore: counterexamples into DIR, the report to FILE.
+    """
     out = outside / "found"
     result = _fence("targets", "--profile", "quick", "--target", "desk.py:FORGETFUL_DESK",
                     "--target", "desk.py:IMPATIENT_DESK", "--target", "desk.py:HURRIED_LEDGER_DESK", "--redis", redis_url,
-                    "--out", str(out), cwd=outside)
+                    "--out", str(out), "--report", "desk-report.txt", cwd=outside)
     return result, out
 
 
@@ -84,7 +87,9 @@ def test_fence_targets_finds_the_forgetful_desk_from_a_file_outside_the_reposito
     assert (out / f"impatient-desk__abandon-fenced__{BROKEN}.json").is_file()
     assert found["target"] == {"row": "forgetful-desk", "spec": f"{(outside / 'desk.py').resolve()}:FORGETFUL_DESK",
                                "storage": f"{(outside / 'desk.py').resolve()}:ForgetfulDeskStorage", "server": "redis"}
-    assert (out / "targets.txt").read_text().startswith("# command: fence targets")
+    report = (out.parent / "desk-report.txt").read_text()
+    assert report.startswith("# command: fence targets")
+    assert "== forgetful-desk" in report and not (out / "targets.txt").exists()  # the report went where asked
 
 
 @pytest.mark.redis
