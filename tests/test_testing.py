@@ -23,6 +23,9 @@ from fence._world import ModelConfig
 from fence.testing import INVARIANT_NAMES, check, check_target
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ticket-fleet"
+# For the tests of what is recorded and refused, not of the verdicts: one unit, one job,
+# two attempts to horizon 2 (every danger reached), instead of check's default bounds.
+SMALL_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,10 @@ def naive(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def abandon_fenced(tmp_path_factory):
-    return check("abandon-fenced", profile="quick", out=tmp_path_factory.mktemp("abandon-fenced"))
+    # The assertions' semantics, at a small bound: its proof at check's default bounds is
+    # tests/test_check_bounds.py's (a user's copy of it) and the verdict gate's.
+    return check("abandon-fenced", profile="quick", out=tmp_path_factory.mktemp("abandon-fenced"),
+                 explorer_bounds=[SMALL_BOUND])
 
 
 # -- the assertions --------------------------------------------------------------------
@@ -95,7 +101,7 @@ def test_names_that_are_not_invariants_or_verdicts_are_refused(naive):
 
 # -- plug-ins as objects ----------------------------------------------------------------
 def test_a_policy_class_is_recorded_so_that_fence_replay_loads_it(tmp_path):
-    checked = check(Reconcile, profile="quick", out=tmp_path)
+    checked = check(Reconcile, profile="quick", out=tmp_path, configs=[ModelConfig(1, 1)], explorer_bounds=[SMALL_BOUND])
     checked.assert_violated("no_duplicate_writes")
     data = _counterexample._read(checked.replay_file("no_duplicate_writes"))
     assert data["plugins"] == {"policy": "fence._policies:Reconcile"}
@@ -106,7 +112,7 @@ def test_a_policy_class_is_recorded_so_that_fence_replay_loads_it(tmp_path):
 def test_objects_fence_cannot_import_again_are_named_and_replay_refuses_them(tmp_path):
     checked = check(
         fenced(Reconcile(), name="mine"), destination=lambda guards: TicketService(guards),
-        profile="quick", out=tmp_path, configs=[ModelConfig(1, 1)],
+        profile="quick", out=tmp_path, configs=[ModelConfig(1, 1)], explorer_bounds=[SMALL_BOUND],
     )
     with pytest.raises(AssertionError) as failed:
         checked.assert_proved("no_release_while_effect_exists")
