@@ -117,8 +117,13 @@ def replay_in_lockstep(
     """Apply ``actions`` to the world under test and to the model beside it: the first difference, or None.
 
     How a difference a run recorded is shown again, on a fresh world: the same
-    comparisons as ``lockstep_machine``, without Hypothesis.
+    comparisons as ``lockstep_machine``, without Hypothesis, the fresh worlds
+    included: the machine compares them before its first step, so a difference
+    found with no step at all is shown again here too.
     """
+    found = differences(mirror, world)
+    if found:
+        return Difference(found[0].split(":", 1)[0], "; ".join(found), tuple(world.trace))
     for action in actions:
         step, mirrored = world.apply(action), mirror.apply(action)
         if same_story(mirrored.sentence) != same_story(step.sentence):
