@@ -222,6 +222,17 @@ def test_every_page_is_reachable_from_the_readme():
     assert not orphans
 
 
+# -- the protocols page ------------------------------------------------------------------------
+def test_the_protocols_page_lists_every_member_fence_enforces():
+    """Each member ``fence/_protocol.py`` requires of a ledger and a destination is named on the protocols page."""
+    from fence._protocol import MEMBERS
+
+    page = (ROOT / "docs" / "reference" / "protocols.md").read_text()
+    missing = [f"{kind}.{name}" for kind, (methods, properties) in MEMBERS.items()
+               for name in (*methods, *properties) if f"`{name}" not in page]
+    assert not missing
+
+
 # -- the generated command-line reference ----------------------------------------------------------
 def test_the_cli_reference_is_what_the_parser_says():
     """docs/reference/cli.md is what ``tools/cli_reference.py --write`` writes from the parser today."""
