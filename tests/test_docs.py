@@ -5,7 +5,7 @@ The convention, for anyone writing a page:
 - A command is a line starting with ``$ `` inside a fenced ```` ```console ````
   block. Lines in the block without ``$ `` are output, and are not checked.
 - It runs from the repository's root, in bash, with ``TMPDIR`` set to a
-  fresh directory; so a page writes its files under ``"${TMPDIR:-/tmp}/..."``,
+  fresh directory (removed afterwards); so a page writes its files under ``"${TMPDIR:-/tmp}/..."``,
   never into the checkout. A page's commands run in order, in one bash
   process, so a later command may read what an earlier one wrote (or a shell
   variable it set); each starts again from the repository's root.
@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,13 +82,13 @@ def commands(page: Path) -> list[Command]:
     return found
 
 
-def _run(page_commands: list[Command], tmp_path: Path) -> list[tuple[Command, int | None, str]]:
+def _run(page_commands: list[Command], scratch: Path) -> list[tuple[Command, int | None, str]]:
     """Run the commands in one bash, each from the root; return each one's status and the output."""
     script = []
     for command in page_commands:
         script += [f'cd "$FENCE_DOCS_ROOT"', command.text, f'echo "{MARK} {command.line} $?"']
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "FENCE_PROFILE"))}
-    environment.update(TMPDIR=str(tmp_path), FENCE_DOCS_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
+    environment.update(TMPDIR=str(scratch), FENCE_DOCS_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
     run = subprocess.run(["bash", "-c", "\n".join(script)], cwd=ROOT, env=environment,
                          capture_output=True, text=True, timeout=1800)
@@ -95,12 +97,19 @@ def _run(page_commands: list[Command], tmp_path: Path) -> list[tuple[Command, in
     return [(command, statuses.get(command.line), output) for command in page_commands]
 
 
-def _check(page: Path, tmp_path: Path, slow: bool) -> None:
+def _check(page: Path, slow: bool) -> None:
     chosen = [c for c in commands(page) if c.not_run is None and c.slow == slow]
     if not chosen:
         pytest.skip(f"no {'slow' if slow else 'quick'} commands on {page.relative_to(ROOT)}")
-    for command, status, output in _run(chosen, tmp_path):
-        assert status == command.status, f"{command}\nexited {status}, the page says {command.status}\n{output[-4000:]}"
+    # Not pytest's tmp_path: its parents are private to this user, and scripts/postgres.sh,
+    # run as root, starts the server as another user that must reach its directory under $TMPDIR.
+    scratch = Path(tempfile.mkdtemp(prefix="fence-docs-"))
+    scratch.chmod(0o755)
+    try:
+        for command, status, output in _run(chosen, scratch):
+            assert status == command.status, f"{command}\nexited {status}, the page says {command.status}\n{output[-4000:]}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _page_id(page: Path) -> str:
@@ -112,16 +121,16 @@ SLOW = [p for p in PAGES if any(c.not_run is None and c.slow for c in commands(p
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
-def test_every_quick_command_on_the_page_exits_as_the_page_says(page, tmp_path):
+def test_every_quick_command_on_the_page_exits_as_the_page_says(page):
     """Each ``$ `` command not marked slow or not run exits with the status its page gives."""
-    _check(page, tmp_path, slow=False)
+    _check(page, slow=False)
 
 
 @pytest.mark.slow  # some take minutes, some start PostgreSQL or Redis
 @pytest.mark.parametrize("page", SLOW, ids=_page_id)
-def test_every_slow_command_on_the_page_exits_as_the_page_says(page, tmp_path):
+def test_every_slow_command_on_the_page_exits_as_the_page_says(page):
     """Each ``$ `` command marked slow exits with the status its page gives."""
-    _check(page, tmp_path, slow=True)
+    _check(page, slow=True)
 
 
 def test_every_command_left_unrun_says_why():
@@ -153,6 +162,18 @@ def test_the_readmes_fence_verdicts_matches_the_committed_matrix(tmp_path):
     run = subprocess.run([sys.executable, "-m", "fence._cli", "verdicts", "--out", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+
+def test_the_readmes_matrix_is_the_committed_one():
+    """The README's verdict table says, cell for cell, what fence/expected_verdicts.txt commits to."""
+    expected = [line.split() for line in (ROOT / "fence" / "expected_verdicts.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    readme = (ROOT / "README.md").read_text()
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in readme.splitlines()
+             if line.startswith("| ") and "|---" not in line]
+    policies = {row[0] for row in expected[1:]}
+    shown = [row for row in table if row[0] in policies or row[0] == "policy"]
+    assert shown == expected
 
 
 def test_the_readme_is_short():
