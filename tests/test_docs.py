@@ -127,6 +127,7 @@ def test_every_quick_command_on_the_page_exits_as_the_page_says(page):
 
 
 @pytest.mark.slow  # some take minutes, some start PostgreSQL or Redis
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", SLOW, ids=_page_id)
 def test_every_slow_command_on_the_page_exits_as_the_page_says(page):
     """Each ``$ `` command marked slow exits with the status its page gives."""
@@ -157,6 +158,7 @@ def test_the_readme_opens_with_its_two_commands():
 
 
 @pytest.mark.slow  # 46 s and more on two cores
+@pytest.mark.timeout(1200)
 def test_the_readmes_fence_verdicts_matches_the_committed_matrix(tmp_path):
     """The first command's ``fence verdicts`` exits 0: the observed matrix is the committed one."""
     run = subprocess.run([sys.executable, "-m", "fence._cli", "verdicts", "--out", str(tmp_path)],
