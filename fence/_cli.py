@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     explorer.add_argument(
         "--bound", action="append", type=_arguments.explorer_bound, metavar="UxJxA:H",
         help="explorer: only this bound, units x jobs x attempts : horizon (e.g. 2x2x2:2; repeatable; "
-        "default: the growing bounds of the README)",
+        "default: the growing bounds of evidence/explorer.txt)",
     )
     explorer.add_argument("--symmetry", choices=["both", "on", "off"], default="both",
                           help="explorer: rows with jobs symmetric, without, or both (default; one job: without)")

@@ -180,7 +180,7 @@ from fence._world import Action, ModelConfig, World
 
 # The explorer's default clock horizon: small enough that 2 units x 2 jobs is
 # exhausted in seconds, long enough for a lease to expire twice and for a retry
-# to expire again (see the README's "Exhaustive explorer" for measured figures).
+# to expire again (docs/status.md has the measured figures).
 EXPLORER_HORIZON = 6
 
 
@@ -1315,7 +1315,7 @@ def shortest(
 # Why a walk asked for several processes runs in one: share_levels="where_it_pays" (the default).
 ONE_PROCESS_FASTER = (
     "the abstract walk in one process outpaces levels shared between processes "
-    "(fence bench explorer --explorer-workers 2 measures both; the README quotes them)"
+    "(fence bench explorer --explorer-workers 2 measures both; docs/status.md quotes them)"
 )
 
 
@@ -1330,7 +1330,7 @@ def explore_with_workers(
     invariants one process takes the abstract walk (``fence._abstract``), which
     is faster than two processes sharing levels on the step memo's path (the
     workers do not take the abstract walk: its memo numbers are one process's
-    own; the README quotes ``fence bench explorer``'s figures); the result says so
+    own; docs/status.md quotes ``fence bench explorer``'s figures); the result says so
     (``one_process_because``). ``share_levels="always"`` shares them whenever
     it can, to compare or to test the shared walk.
 

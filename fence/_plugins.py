@@ -1,6 +1,6 @@
 """Loading a user's plug-ins from ``MODULE:ATTR`` or ``FILE.py:ATTR``, and saying what they are.
 
-The three plug-in protocols (see the README's "Bring your own"):
+The three plug-in protocols (see docs/reference/protocols.md):
 
 * a janitor policy (``fence.JanitorPolicy``; subclass ``fence.Policy``),
 * a destination factory: called with the policy's ``Guards``, returns a
@@ -167,7 +167,7 @@ def checked_factory(factory, label: str, what: str, argument: str, sample):
         raise BadInput(f"{what} {label} returned None when called with {argument}; it must return the {what} it made")
     missing = missing_members(made, what)
     if missing:
-        raise BadInput(f"{what} {label} makes an object without {', '.join(missing)}; see the {what} protocol in the README")
+        raise BadInput(f"{what} {label} makes an object without {', '.join(missing)}; see the {what} protocol in docs/reference/protocols.md")
     return factory
 
 

@@ -1,7 +1,7 @@
 """What a plug-in's answer must be, checked at the moment fence receives it.
 
 fence reaches a user's policy, destination and ledger only through their
-protocols (README, "Bring your own"). An answer of the wrong kind would
+protocols (docs/reference/protocols.md). An answer of the wrong kind would
 otherwise fail later and elsewhere: a ``decide()`` that returns None became a
 KeyError in the janitor's table of moves, a ``commit()`` that returns a string
 an AttributeError in the world, and neither named the plug-in or the method.
@@ -110,8 +110,8 @@ def fences_own(part: object) -> bool:
 
 # -- the members each protocol requires -----------------------------------------------------
 # Listed once, here: the loaders (fence._plugins) check a factory's product against them, the
-# helpers below check each plug-in class the first time fence asks it anything, and the README's
-# "Bring your own" and "Writing a target" list the same names.
+# helpers below check each plug-in class the first time fence asks it anything, and
+# docs/reference/protocols.md lists the same names.
 LEDGER_METHODS = ("reserve", "get", "reservations", "expired", "current", "apply", "owner_move", "snapshot")
 LEDGER_PROPERTIES = ("free", "held")
 """What a ledger reads as attributes (properties on fence.Ledger): units not held, units held."""
@@ -145,7 +145,7 @@ def members_problem(part: object, kind: str) -> PluginBroken | None:
     listed = ", ".join([f"{name}()" for name in methods] + list(properties))
     return PluginBroken(
         f"{describe(part, kind)} has no {', '.join(missing)}; a {kind} must have every member of its "
-        f"protocol ({listed}): see the README (\"Bring your own\"), or subclass "
+        f"protocol ({listed}): see docs/reference/protocols.md, or subclass "
         f"{'fence.Ledger or fence.targets.TargetLedger' if kind == 'ledger' else 'fence.Destination'}"
     )
 
@@ -457,12 +457,12 @@ def broken_in(error: BaseException) -> PluginBroken | None:
         # answer (the world would have taken a ledger's refusal): the plug-in's, not fence's.
         return PluginBroken(
             f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; fence's "
-            "errors are answers only where a protocol lists them (a ledger's refusals): see the README "
-            "(\"Bring your own\")"
+            "errors are answers only where a protocol lists them (a ledger's refusals): see "
+            "docs/reference/protocols.md"
         )
     return PluginBroken(
         f"a plug-in's {code.co_qualname}() ({where}) raised {type(error).__name__}: {error}; "
-        "see its protocol in the README (\"Bring your own\")"
+        "see its protocol in docs/reference/protocols.md"
     )
 
 

@@ -3,7 +3,7 @@
 A job system that re-runs a job whose lease (heartbeat, visibility timeout) ran
 out cannot know whether the first run's side effect happened: fence's naive
 policy, and its duplicate writes. The guard is the abandon-fenced policy of
-fence's model (proved there, see the README), in a form a task can use:
+fence's model (proved there, see docs/explanation/policies.md), in a form a task can use:
 
 * **per-attempt registration**: each run of a job is its own attempt, with an
   identity of its own, announced to the destination before it works

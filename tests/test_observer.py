@@ -282,15 +282,15 @@ def test_the_worker_table_refuses_a_move_it_does_not_list_and_draws_itself():
             assert f"{source.value} --> {target.value}: {move.value}" in drawn
 
 
-def test_the_readme_diagrams_are_the_tables():
-    """The README's two state diagrams are what the tables draw today."""
+def test_the_model_pages_diagrams_are_the_tables():
+    """The two state diagrams in docs/explanation/model.md are what the tables draw today."""
     from pathlib import Path
 
     from fence._ledger import transitions_mermaid
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert f"```mermaid\n{transitions_mermaid()}\n```" in readme
-    assert f"```mermaid\n{worker_mermaid()}\n```" in readme
+    page = (Path(__file__).resolve().parent.parent / "docs" / "explanation" / "model.md").read_text()
+    assert f"```mermaid\n{transitions_mermaid()}\n```" in page
+    assert f"```mermaid\n{worker_mermaid()}\n```" in page
 
 
 class ProbeWritesPlaceholder(Policy):

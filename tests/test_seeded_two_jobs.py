@@ -7,7 +7,7 @@ breaks violated at exactly that depth, pass every faithfulness check it makes
 on the way (renamed merges included), and say that what it proves is proved
 within that depth.
 The depths are those of whole walks at this bound (hand runs of up to 400 s a
-plug-in, README "Bring your own"); a key that merged states it should not would
+plug-in, docs/explanation/explorer.md); a key that merged states it should not would
 find a violation later or never, or be refused as unfaithful. Walks stopped at
 a depth make these seconds, not minutes, so they run in every run.
 """

@@ -1,4 +1,4 @@
-"""Janitor policies that break the policy protocol (README, "Bring your own")."""
+"""Janitor policies that break the policy protocol (docs/reference/protocols.md)."""
 
 import threading
 from dataclasses import dataclass, field
