@@ -26,7 +26,8 @@ SAFE = "abandon-fenced"
 
 
 # Any attempt to open a connection fails the test (the fixture is in conftest.py).
-pytestmark = pytest.mark.usefixtures("no_network")
+# Its module fixture runs once: every test of this file on one xdist worker (--dist loadgroup).
+pytestmark = [pytest.mark.usefixtures("no_network"), pytest.mark.xdist_group("agent-fleet")]
 
 
 def run(policy, faults, jobs=("job-1", "job-2")):

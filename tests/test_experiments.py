@@ -18,6 +18,10 @@ from fence import _realclock
 from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
 from tests.real_runs import ON_THREADS
 
+
+# Its module fixtures run once: every test of this file on one xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("experiments")
+
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
 TRIALS = 5

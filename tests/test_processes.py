@@ -19,6 +19,10 @@ from fence import _processes
 from fence._experiments_cli import QUICK_PROCESS_LEASE
 from tests.real_runs import BROKEN
 
+
+# Its module fixtures run once: every test of this file on one xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("processes")
+
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 
 TRIALS = 2

@@ -31,6 +31,10 @@ from fence._realclock import replay_real
 from fence._world import Action, ModelConfig
 from fence.testing import check_target, replay_target
 
+
+# Its module fixtures run once: every test of this file on one xdist worker (--dist loadgroup).
+pytestmark = pytest.mark.xdist_group("targets-user")
+
 DESK = Path(__file__).resolve().parent / "user_targets" / "forgetful_desk.py"
 FENCE = [sys.executable, "-m", "fence._cli"]
 BROKEN = "no_early_release"
