@@ -200,7 +200,7 @@ stalled, wake, runs, refused = threading.Event(), threading.Event(), [], []
 def write_ticket(key, body):
     if body == "raise":
         raise RuntimeError("the step raised")
-    status = DBOS.get_workflow_status(DBOS.workflow_id)
+    status, = DBOS.list_workflows(workflow_ids=[DBOS.workflow_id], load_input=False, load_output=False)
     run = attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)
     runs.append(run)
     with guard.attempt(key, run) as attempt:

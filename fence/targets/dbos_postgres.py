@@ -73,9 +73,11 @@ def attempt_id(workflow_id: str, recovery_attempts: int, dequeued_at: int | None
 
     The instant too, because ``resume_workflow`` and ``rewind_workflow`` reset the
     count to 0: a run resumed after an abandoned one would otherwise take its
-    identity and be refused for good. In a step: ``status =
-    DBOS.get_workflow_status(DBOS.workflow_id)``, then ``attempt_id(DBOS.workflow_id,
-    status.recovery_attempts, status.dequeued_at)``.
+    identity and be refused for good. In a step: ``status, =
+    DBOS.list_workflows(workflow_ids=[DBOS.workflow_id], load_input=False,
+    load_output=False)`` (``get_workflow_status`` reads the same row but also
+    loads the workflow's inputs and outputs: twice the time per job), then
+    ``attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)``.
     """
     return f"{workflow_id}#{recovery_attempts}@{dequeued_at}"
 
