@@ -1,8 +1,36 @@
-"""One rule for deep-copying fence's frozen values (see ``World.clone``'s slow path)."""
+"""How fence's parts are copied: copy on write for the explorer's fast path, and one rule for deep-copying
+fence's frozen values (see ``World.clone``'s slow path)."""
 
 from __future__ import annotations
 
 import copy
+
+
+class CopyOnWrite:
+    """Copies that share their records (the dicts and lists in ``__dict__``) until either of the two changes them.
+
+    ``_copy_on_write()`` makes the copy; every method that changes a record calls
+    ``_own()`` first. Most of the explorer's copies never change the part they
+    copy, so they never pay for its records. What a record holds must be
+    immutable (fence's frozen values), since an owned copy still shares it.
+    """
+
+    _shared = False
+    """True while this part's records may be another's too: copied before a change."""
+
+    def _copy_on_write(self):
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
+        self._shared = other._shared = True
+        return other
+
+    def _own(self) -> None:
+        """Copy the records this part may share with another before changing them."""
+        if self._shared:
+            for name, value in list(self.__dict__.items()):
+                if type(value) is dict or type(value) is list:
+                    self.__dict__[name] = value.copy()
+            self._shared = False
 
 
 def copy_frozen_value(value, memo: dict, own_type: type):

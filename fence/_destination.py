@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from fence._copying import copy_frozen_value, copy_with_records
+from fence._copying import CopyOnWrite, copy_frozen_value, copy_with_records
 from fence._errors import WitnessRequired
 
 
@@ -160,18 +160,14 @@ def judge_commit(
     return CommitResult.WRITTEN, (AttemptState.COMMITTED if witness else None)
 
 
-class TicketService:
+class TicketService(CopyOnWrite):
     """fence's own in-memory destination, with the guards switched by ``Guards``."""
-
-    _shared = False  # see __init__; here too for a subclass whose __init__ skips ours
 
     def __init__(self, guards: Guards = NO_GUARDS) -> None:
         self.guards = guards
         self._effects: list[Effect] = []
         self._first_payload: dict[str, str] = {}
         self._attempts: dict[str, AttemptState] = {}
-        self._shared = False
-        """True while this service's records may be another's too (``clone``): copied before a write."""
 
     # -- the protocol ------------------------------------------------------------
     def register(self, attempt_id: str, key: str) -> AttemptState | None:
@@ -233,18 +229,7 @@ class TicketService:
         (``_own`` copies them first): most of the explorer's copies take a step
         that never reaches the destination. Effects are frozen, so shared.
         """
-        other = TicketService.__new__(TicketService)
-        other.__dict__.update(self.__dict__)
-        self._shared = other._shared = True
-        return other
-
-    def _own(self) -> None:
-        """Copy the records this service may share with another (``clone``) before changing them."""
-        if self._shared:
-            for name, value in list(self.__dict__.items()):
-                if type(value) is dict or type(value) is list:
-                    self.__dict__[name] = value.copy()
-            self._shared = False
+        return self._copy_on_write()
 
     def snapshot(self) -> tuple:
         """Everything that decides this service's next answers, hashable: the explorer's key for it.

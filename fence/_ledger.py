@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from fence._copying import copy_frozen_value, copy_with_records
+from fence._copying import CopyOnWrite, copy_frozen_value, copy_with_records
 from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
 
 
@@ -177,10 +177,8 @@ def check_owner(key: str, owner: str, move: Move, current: Reservation | None) -
         )
 
 
-class Ledger:
+class Ledger(CopyOnWrite):
     """N capacity units, and every reservation ever made against them."""
-
-    _shared = False  # see __init__; here too for a subclass whose __init__ skips ours
 
     def __init__(self, capacity: int, *, slots: bool = False) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
@@ -193,8 +191,6 @@ class Ledger:
         self._count_by_key: dict[str, int] = {}
         self.units_freed: dict[str, int] = {}
         """How many times each reservation returned its unit (must stay <= 1)."""
-        self._shared = False
-        """True while this ledger's dicts may be another's too (``copy``): copied before a move."""
 
     def __deepcopy__(self, memo: dict) -> Ledger:
         # The explorer deep-copies a user's subclass (never through copy(), which
@@ -210,18 +206,7 @@ class Ledger:
         explorer's copies never move the ledger. Reservations are frozen, so
         even an owned copy shares them.
         """
-        other = Ledger.__new__(Ledger)
-        other.__dict__.update(self.__dict__)
-        self._shared = other._shared = True
-        return other
-
-    def _own(self) -> None:
-        """Copy the dicts this ledger may share with another (``copy``) before changing them."""
-        if self._shared:
-            for name, value in list(self.__dict__.items()):
-                if type(value) is dict:
-                    self.__dict__[name] = dict(value)
-            self._shared = False
+        return self._copy_on_write()
 
     # -- reading ---------------------------------------------------------------
     def get(self, reservation_id: str) -> Reservation:
