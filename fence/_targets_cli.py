@@ -55,21 +55,11 @@ from fence._evidence import header, write_atomically
 from fence._invariants import BY_NAME, INVARIANTS, required_dangers
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
-from fence._verdicts import DEFAULT_CONFIGS, Verdict, load_expected, profile_settings
+from fence._verdicts import Verdict, load_expected, profile_settings
 from fence._world import ModelConfig, World
 
-PROFILES = {
-    # name: (Hypothesis examples per configuration, steps per example, configurations)
-    # The explorer runs at fence.targets.EXPLORER_BOUND in every profile, and "deep" walks
-    # EXPLORER_DEEP_BOUND after it (EXPLORER_BOUNDS); the profile sets how many of its states
-    # and merges the FaithfulnessCheck replays (EXPLORER_FAITHFULNESS).
-    # Every configuration with workers that may fail: a target's failure handler (its fail) is
-    # part of what it claims, so each row is walked with it (fence.targets.judge_target).
-    "quick": (40, 30, (ModelConfig(capacity=1, jobs=1, failures=True),)),
-    "default": (150, 30, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
-    "thorough": (600, 40, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
-    "deep": (150, 30, tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)),
-}
+PROFILE_NAMES = ("quick", "default", "thorough", "deep")
+"""``fence.targets.TARGET_PROFILES``' names, for the parser without importing fence.targets (a test holds them equal)."""
 EVIDENCE = Path("evidence/targets.txt")
 
 
@@ -81,7 +71,7 @@ def arguments(parser) -> None:
     parser.add_argument("--target", action="append", metavar="MODULE:ATTR|FILE.py:ATTR",
                         help="judge your own target, a fence.targets.Target (repeatable; alone: only these, "
                         "with --row: those rows too)")
-    parser.add_argument("--profile", choices=PROFILES, default="default",
+    parser.add_argument("--profile", choices=PROFILE_NAMES, default="default",
                         help="search effort: quick (40 examples, 1 unit x 1 job), default (150 at 1x1 and 2x2), thorough; "
                         "deep: default, then the explorer at 2 units x 2 jobs x 2 attempts too")
     parser.add_argument("--explorer-budget", type=positive_seconds, metavar="SECONDS",
@@ -158,7 +148,7 @@ def servers(given: dict[str, str | None]):
 
 
 def cmd_targets(args) -> int:
-    from fence.targets import EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, EXPLORER_FAITHFULNESS, judge_target
+    from fence.targets import EXPLORER_DEEP_BUDGET, TARGET_PROFILES, judge_target
 
     # Checked before the work (fence._output): a file that cannot be written is one line now.
     if args.record and args.report:
@@ -166,22 +156,22 @@ def cmd_targets(args) -> int:
     precheck(args)
     written = in_evidence(EVIDENCE) if args.record else Path(args.report) if args.report else None
     rows = chosen_targets(args)
-    examples, steps, configs = PROFILES[args.profile]
+    profile = TARGET_PROFILES[args.profile]
     started = time.perf_counter()
     with servers({"postgres": args.postgres, "redis": args.redis}) as url_of:
         found = []
         for index, (target, spec) in enumerate(rows, 1):
             url, _ = url_of(target.server)
             engines = "the machines, then the explorer," if target.explorable else "the machines"
-            for bound in EXPLORER_BOUNDS[args.profile][1:] if target.explorable else ():
+            for bound in profile.bounds[1:] if target.explorable else ():
                 engines += (f" then at {bound.capacity}x{bound.jobs}x{bound.max_attempts} for at most "
                             f"{args.explorer_budget or EXPLORER_DEEP_BUDGET:.0f} s,")
             print(f"[{index}/{len(rows)}] {target.row}: {engines} on the real system...", end="", file=sys.stderr,
                   flush=True)
             try:
-                report = judge_target(target, url, configs=configs, run_settings=profile_settings(examples, steps),
-                                      faithfulness=EXPLORER_FAITHFULNESS[args.profile],
-                                      deeper=EXPLORER_BOUNDS[args.profile][1:],
+                report = judge_target(target, url, configs=profile.configs,
+                                      run_settings=profile_settings(profile.examples, profile.steps),
+                                      faithfulness=profile.faithfulness, deeper=profile.bounds[1:],
                                       deeper_budget=args.explorer_budget or EXPLORER_DEEP_BUDGET, failures=True)
                 replays = _replay_findings(target, url, report)
                 versions = _versions(target, url)
@@ -197,7 +187,7 @@ def cmd_targets(args) -> int:
     files = []
     for (report, _, _), (target, spec) in zip(found, rows):
         files += write_target_counterexamples(report.report, target, spec, out)
-    text = _render(found, args, examples, configs, seconds)
+    text = _render(found, args, profile, seconds)
     if files:
         text += f"\n\ncounterexamples written to {out}/ (ROW__POLICY__INVARIANT: .txt steps, .mmd Mermaid, " \
                 ".json for fence replay on the real system)"
@@ -365,21 +355,23 @@ def _config_of(found, difference) -> ModelConfig:
     raise AssertionError("a lockstep finding from no configuration")
 
 
-def _render(found, args, examples: int, configs, seconds: float) -> str:
+def _render(found, args, profile, seconds: float) -> str:
     from fence._checking import table
 
-    from fence.targets import EXPLORER_BOUNDS, EXPLORER_DEEP_BUDGET, TARGET_BOUND
+    from fence.targets import EXPLORER_DEEP_BUDGET, TARGET_BOUND
+
+    configs = profile.configs
 
     reports = [replace(f.report, policy=replace(f.target.policy, name=f.target.row)) for f, _, _ in found]
     versions = {name: value for _, _, v in found for name, value in v.items()}
     lines = [table(reports, bound=TARGET_BOUND), ""]
     lines.append(
-        f"Profile {args.profile}: {examples} Hypothesis examples per configuration "
+        f"Profile {args.profile}: {profile.examples} Hypothesis examples per configuration "
         f"({'; '.join(c.describe() for c in configs)}), derandomised; then the explorer at "
         f"{TARGET_BOUND.describe()}, horizon {TARGET_BOUND.horizon}, on the same database"
         + "".join(f"; then at {replace(bound, failures=True).describe()}, horizon {bound.horizon}, for at most "
                   f"{args.explorer_budget or EXPLORER_DEEP_BUDGET:.0f} s a row"
-                  for bound in EXPLORER_BOUNDS[args.profile][1:])
+                  for bound in profile.bounds[1:])
         + f"; {seconds:.0f} s. "
         + ", ".join(f"{name} {value}" for name, value in versions.items())
     )

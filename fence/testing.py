@@ -306,22 +306,22 @@ def check_target(
     named by the row and record the target, so that ``fence replay FILE``
     replays them on the real system (``replay_target`` here).
     """
-    from fence._targets_cli import PROFILES as TARGET_PROFILES
     from fence._targets_cli import servers, write_target_counterexamples
     from fence._verdicts import profile_settings
-    from fence.targets import EXPLORER_BOUNDS, EXPLORER_FAITHFULNESS, TARGET_BOUND, judge_target
+    from fence.targets import TARGET_BOUND, TARGET_PROFILES, judge_target
 
     if profile not in TARGET_PROFILES:
         raise BadInput(f"unknown profile {profile!r}: use one of {', '.join(TARGET_PROFILES)}")
     chosen, spec = _target(target)
     if url is None and chosen.server_problem():
         raise BadInput(f"target {chosen.row} {chosen.server_problem()} to check_target")
-    examples, steps, configs = TARGET_PROFILES[profile]
+    chosen_profile = TARGET_PROFILES[profile]
     with servers({} if url is None else {chosen.server: url}) as url_of:
-        found = judge_target(chosen, url if url is not None else url_of(chosen.server)[0], configs=configs,
-                             run_settings=profile_settings(examples, steps), explore=explore,
-                             faithfulness=EXPLORER_FAITHFULNESS[profile], deeper=EXPLORER_BOUNDS[profile][1:],
-                             failures=True)
+        found = judge_target(chosen, url if url is not None else url_of(chosen.server)[0],
+                             configs=chosen_profile.configs,
+                             run_settings=profile_settings(chosen_profile.examples, chosen_profile.steps),
+                             explore=explore, faithfulness=chosen_profile.faithfulness,
+                             deeper=chosen_profile.bounds[1:], failures=True)
     directory = _directory(out)
     written = write_target_counterexamples(found.report, chosen, spec, directory)
     unimportable = spec.removeprefix(UNIMPORTABLE) if spec and spec.startswith(UNIMPORTABLE) else ""

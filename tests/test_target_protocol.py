@@ -152,3 +152,13 @@ def test_a_redis_image_keeps_timestamps_and_ttls_as_ticks(redis_url):
     finally:
         client.flushdb()
         client.close()
+
+
+def test_fence_targets_offers_exactly_the_profiles_the_table_defines():
+    """The parser names the profiles without importing fence.targets; the one table is fence.targets'."""
+    from fence._targets_cli import PROFILE_NAMES
+    from fence.targets import EXPLORER_BOUND, TARGET_PROFILES
+
+    assert PROFILE_NAMES == tuple(TARGET_PROFILES)
+    assert all(profile.bounds[0] == EXPLORER_BOUND for profile in TARGET_PROFILES.values())
+    assert all(config.failures for profile in TARGET_PROFILES.values() for config in profile.configs)

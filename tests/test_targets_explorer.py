@@ -51,21 +51,23 @@ def test_with_failures_the_explorer_proves_the_guarded_row_and_reaches_the_failu
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
+def _mutated_load(module, monkeypatch, mutate) -> None:
+    """The adapter's session loading ``mutate(script)`` instead of its image's load script."""
+    def load(session, image):
+        session.run(session.execute(mutate(session.image.load_script(image, session.sequences))))
+
+    monkeypatch.setattr(module.Session, "load", load)
+
+
 def _forget_sequences(module, monkeypatch):
     """A load that leaves every sequence where the last user left it."""
-    real = module.load_script
-
-    def without_setval(image, sequences):
-        return ";\n".join(line for line in real(image, sequences).split(";\n") if not line.startswith("SELECT setval"))
-
-    monkeypatch.setattr(module, "load_script", without_setval)
+    _mutated_load(module, monkeypatch, lambda script: ";\n".join(
+        line for line in script.split(";\n") if not line.startswith("SELECT setval")))
 
 
 def _forget_heartbeats(module, monkeypatch):
     """A load that sets every worker's heartbeat to now: time restored as an instant, not as ticks."""
-    real = module.load_script
-    monkeypatch.setattr(module, "load_script",
-                        lambda image, sequences: real(image, sequences).replace("(w->>'heartbeat_ticks_ago')::int", "0"))
+    _mutated_load(module, monkeypatch, lambda script: script.replace("(w->>'heartbeat_ticks_ago')::int", "0"))
 
 
 def _snapshot_without_time(module, monkeypatch):

@@ -47,33 +47,29 @@ def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
+def _mutated_load(module, monkeypatch, mutate) -> None:
+    """The adapter's session loading ``mutate(script, session)`` instead of its image's load script."""
+    def load(session, image):
+        session.run(session.execute(mutate(session.image.load_script(image, session.sequences), session)))
+
+    monkeypatch.setattr(module.Session, "load", load)
+
+
 def _forget_sequences(module, monkeypatch):
     """A load that leaves every sequence where the last user left it."""
-    real = module.load_script
-
-    def without_setval(image, tables, sequences):
-        return ";\n".join(line for line in real(image, tables, sequences).split(";\n")
-                          if not line.startswith("SELECT setval"))
-
-    monkeypatch.setattr(module, "load_script", without_setval)
+    _mutated_load(module, monkeypatch, lambda script, session: ";\n".join(
+        line for line in script.split(";\n") if not line.startswith("SELECT setval")))
 
 
 def _forget_heartbeats(module, monkeypatch):
     """A load that sets every row's heartbeat and execute_after to now: time restored as an instant, not as ticks."""
-    real = module.load_script
-    monkeypatch.setattr(module, "load_script", lambda image, tables, sequences: real(image, tables, sequences).replace(
-        "_ticks_ago')::int", "_ticks_ago')::int * 0"))
+    _mutated_load(module, monkeypatch, lambda script, session: script.replace("_ticks_ago')::int", "_ticks_ago')::int * 0"))
 
 
 def _forget_the_log(module, monkeypatch):
     """A load that empties pgqueuer's log and leaves it empty: which picks a row had, and how it ended, lost."""
-    real = module.load_script
-
-    def without_log(image, tables, sequences):
-        return ";\n".join(line for line in real(image, tables, sequences).split(";\n")
-                          if not line.startswith(f"INSERT INTO {tables[1]} "))
-
-    monkeypatch.setattr(module, "load_script", without_log)
+    _mutated_load(module, monkeypatch, lambda script, session: ";\n".join(
+        line for line in script.split(";\n") if not line.startswith(f"INSERT INTO {session.tables[1]} ")))
 
 
 def _snapshot_without_time(module, monkeypatch):

@@ -71,7 +71,7 @@ from fence._policies import POLICIES, JanitorPolicy
 from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
 from fence._world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
-from fence.targets.images import PostgresTables, RedisDatabase, RedisImage, RedisSession, SchemaImage
+from fence.targets.images import PostgresSession, PostgresTables, RedisDatabase, RedisImage, RedisSession, SchemaImage
 from fence.targets.protocol import (
     ModelTime, TargetLedger, TargetStorage, only_if_it_moves, refused_unless,
 )
@@ -354,14 +354,33 @@ TARGET_BOUND = replace(EXPLORER_BOUND, failures=True)
 """``EXPLORER_BOUND`` with workers that may fail: what every target row is proved within (its legend's bound)."""
 EXPLORER_DEEP_BUDGET = 1800.0
 """Seconds the walk at ``EXPLORER_DEEP_BOUND`` may take per row (``fence targets --explorer-budget``)."""
-EXPLORER_BOUNDS = {
-    "quick": (EXPLORER_BOUND,), "default": (EXPLORER_BOUND,), "thorough": (EXPLORER_BOUND,),
-    "deep": (EXPLORER_BOUND, EXPLORER_DEEP_BOUND),
+@dataclass(frozen=True)
+class TargetProfile:
+    """How hard ``fence targets`` and ``check_target`` look at each row: one line of ``TARGET_PROFILES``."""
+
+    examples: int
+    """Hypothesis examples per configuration (derandomised)."""
+    steps: int
+    """Steps per example."""
+    configs: tuple[ModelConfig, ...]
+    """The machines' configurations, every one with workers that may fail: a target's failure handler
+    (its fail) is part of what it claims (``judge_target``)."""
+    bounds: tuple[ModelConfig, ...]
+    """The bounds the explorer walks on each row, in order; the first (``EXPLORER_BOUND``) is exhausted,
+    a later one walked for at most ``EXPLORER_DEEP_BUDGET`` seconds."""
+    faithfulness: tuple[int, int]
+    """(new states, merges) the FaithfulnessCheck replays from scratch on an emptied database
+    (``fence._explore.explore``'s ``faithfulness``); each replay costs dozens of restores."""
+
+
+_WITH_FAILURES = tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)
+TARGET_PROFILES = {
+    "quick": TargetProfile(40, 30, (ModelConfig(capacity=1, jobs=1, failures=True),), (EXPLORER_BOUND,), (20, 40)),
+    "default": TargetProfile(150, 30, _WITH_FAILURES, (EXPLORER_BOUND,), (60, 120)),
+    "thorough": TargetProfile(600, 40, _WITH_FAILURES, (EXPLORER_BOUND,), (200, 400)),
+    "deep": TargetProfile(150, 30, _WITH_FAILURES, (EXPLORER_BOUND, EXPLORER_DEEP_BOUND), (60, 120)),
 }
-"""Per profile: the bounds the explorer walks on each row, in order; the first is exhausted."""
-EXPLORER_FAITHFULNESS = {"quick": (20, 40), "default": (60, 120), "thorough": (200, 400), "deep": (60, 120)}
-"""Per profile: (new states, merges) the FaithfulnessCheck replays from scratch on an emptied
-database (``fence._explore.explore``'s ``faithfulness``); each replay costs dozens of restores."""
+"""``fence targets --profile`` and ``check_target(profile=)``: the one table of what each profile does."""
 
 
 @dataclass
@@ -415,7 +434,7 @@ def judge_target(
     lockstep: bool = True,
     explore: bool = True,
     explorer_bound: ModelConfig = EXPLORER_BOUND,
-    faithfulness: tuple[int, int] = EXPLORER_FAITHFULNESS["default"],
+    faithfulness: tuple[int, int] = TARGET_PROFILES["default"].faithfulness,
     explorer_budget: float | None = None,
     deeper: Iterable[ModelConfig] = (),
     deeper_budget: float | None = EXPLORER_DEEP_BUDGET,
@@ -583,7 +602,7 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
 
 
 __all__ = [
-    "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "ModelTime", "PostgresTables", "RedisDatabase", "RedisImage",
+    "EXPLORER_BOUND", "EXPLORER_DEEP_BOUND", "TARGETS", "TARGET_PROFILES", "TargetProfile", "ModelTime", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage",
     "RedisSession", "SchemaImage", "TARGET_BOUND", "Target", "TargetLedger", "TargetReport", "TargetStorage",
     "explore_target",
     "judge_target", "only_if_it_moves", "refused_unless", "with_failures",

@@ -15,7 +15,8 @@ written once here:
 * ``SchemaImage`` (``PostgresTables``): a list of PostgreSQL tables, each as
   JSON rows ordered by id, and their id sequences. A load is one transaction
   that deletes every row, inserts the image's with their ids, and sets every
-  sequence as it was.
+  sequence as it was. ``PostgresSession`` holds it for a library that runs
+  on asyncio, on the library's own connection.
 
 Model time in an image is ticks, never instants (``protocol.ModelTime``): a
 stored instant the system compares with its clock (a Redis sorted set of
@@ -356,5 +357,84 @@ class PostgresTables:
         return ";\n".join(statements)
 
 
-__all__ = ["MOVE_BACK", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession", "SchemaImage", "dump_redis", "literal",
-           "load_redis"]
+class PostgresSession:
+    """A target's session on one PostgreSQL database for a library on asyncio: its event loop, the library's
+    handle, its tables' ``PostgresTables`` image and the ``Restorer``.
+
+    What ``TargetStorage`` asks of a session (``empty``, ``versions``,
+    ``close``) and what ``TargetLedger`` dumps and loads by. A target says how
+    its library opens (``open_library``: the library's handle made on the
+    loop, its schema ensured, the tables' image returned) and how a statement
+    reaches the server on the library's own connection (``execute``,
+    ``fetch``), so that the image is read and written where the library reads
+    and writes.
+    """
+
+    SYSTEM = "the library"
+    """Its name in errors and in ``versions`` (as pip names it)."""
+
+    def __init__(self, url: str) -> None:
+        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
+
+        self.loop = asyncio.new_event_loop()
+        self.opened = False
+        try:
+            self.image = self.open_library(url)
+            self.opened = True
+            self.sequences = self.image.sequences_from(self.run(self.fetch(self.image.sequences_query())))
+        except Exception as error:
+            self.close()
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BackendError(f"{url}: cannot open {self.SYSTEM} there ({reason})") from None
+        self.restorer = Restorer()
+        """Which ledger's image the tables hold (``fence._restore``)."""
+        self._dump_query = self.image.dump_query(self.sequences)
+
+    # -- what a target writes --------------------------------------------------------------
+    def open_library(self, url: str) -> PostgresTables:
+        """Open the library on ``self.loop`` (``self.run``), ensure its schema, return its tables' image."""
+        raise NotImplementedError
+
+    async def execute(self, script: str) -> None:
+        """Run ``script`` (statements joined by ``;``, no parameters) on the library's connection."""
+        raise NotImplementedError
+
+    async def fetch(self, query: str) -> list[Mapping]:
+        """The rows of ``query`` on the library's connection, each as a mapping by column name."""
+        raise NotImplementedError
+
+    def close_library(self) -> None:
+        """Close what ``open_library`` opened (called only if it returned)."""
+
+    # -- the session -------------------------------------------------------------------------
+    def run(self, coroutine):
+        return self.loop.run_until_complete(coroutine)
+
+    def empty(self) -> None:
+        """Empty the library's tables for a fresh world (the ledger using them keeps its image)."""
+        self.restorer.release()
+        self.run(self.execute(self.image.empty_statement()))
+
+    def dump(self) -> SchemaImage:
+        (row,) = self.run(self.fetch(self._dump_query))
+        return self.image.image_from(row)
+
+    def load(self, image: SchemaImage) -> None:
+        self.run(self.execute(self.image.load_script(image, self.sequences)))
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        (row,) = self.run(self.fetch("SHOW server_version"))
+        return {self.SYSTEM: version(self.SYSTEM), "postgresql": row["server_version"]}
+
+    def close(self) -> None:
+        try:
+            if self.opened:
+                self.close_library()
+        finally:
+            self.loop.close()
+
+
+__all__ = ["MOVE_BACK", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession", "SchemaImage",
+           "dump_redis", "literal", "load_redis"]

@@ -88,7 +88,6 @@ queue manager nor the attempt, and that is what the lockstep reports.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from dataclasses import dataclass
@@ -102,9 +101,9 @@ from pgqueuer.queries import EntrypointExecutionParameter
 
 from fence._policies import Decision
 from fence.guard import Guard, GuardedAttempt
-from fence.targets.images import PostgresTables, SchemaImage
+from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, StaleAttempt,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, StaleAttempt,
     TargetLedger, TargetStorage, refused_unless,
 )
 
@@ -279,11 +278,6 @@ def tables_image(tables: tuple[str, ...]) -> PostgresTables:
     """The image of pgqueuer's tables (queue, log, statistics, qualified), the queue rows' times as ticks."""
     return PostgresTables(tables, TIME, timed={tables[0]: {c: f"{c}_ticks_ago" for c in TIMES_AS_TICKS}},
                           identity=tables)
-
-
-def load_script(image: Image, tables: tuple[str, ...], sequences: dict[str, str]) -> str:
-    """One transaction, as one script, that makes pgqueuer's tables hold exactly ``image``."""
-    return tables_image(tables).load_script(image, sequences)
 
 
 # -- the ledger ---------------------------------------------------------------------------
@@ -532,55 +526,32 @@ class PgqueuerLedger(TargetLedger):
 
 
 # -- one connection per storage, a fresh database per world ---------------------------------
-class Session:
-    """One psycopg connection and pgqueuer's Queries on it, on one event loop; ``run`` awaits a call."""
+class Session(PostgresSession):
+    """One psycopg connection and pgqueuer's Queries on it, on one event loop."""
 
-    def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.connection = None
+    SYSTEM = "pgqueuer"
+
+    def open_library(self, url: str) -> PostgresTables:
+        self.connection = self.run(psycopg.AsyncConnection.connect(url, autocommit=True))
         try:
-            self.connection = self.run(psycopg.AsyncConnection.connect(url, autocommit=True))
             self.queries = Queries.from_psycopg_connection(self.connection)
             self.run(ensure_schema(self.queries))
-            names = self.queries.qbe.settings.qualified
-            self.tables = (names.queue_table, names.queue_table_log, names.statistics_table)
-            """What a ledger's image holds, in the order a load inserts them."""
-            self.image = tables_image(self.tables)
-            self.sequences = self.image.sequences_from(self.run(self.queries.driver.fetch(self.image.sequences_query())))
-        except Exception as error:
-            self.close()
-            raise BackendError(f"{url}: cannot open pgqueuer there ({str(error).strip().splitlines()[0]})") from None
-        self.restorer = Restorer()
-        """Which ledger's image pgqueuer's tables hold (fence.targets.protocol)."""
-        self._dump_query = self.image.dump_query(self.sequences)
+        except Exception:
+            self.run(self.connection.close())
+            raise
+        names = self.queries.qbe.settings.qualified
+        self.tables = (names.queue_table, names.queue_table_log, names.statistics_table)
+        """What a ledger's image holds, in the order a load inserts them."""
+        return tables_image(self.tables)
 
-    def run(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
+    async def execute(self, script: str) -> None:
+        await self.connection.execute(script)
 
-    def empty(self) -> None:
-        """Empty pgqueuer's tables for a fresh world (the ledger using them keeps its image)."""
-        self.restorer.release()
-        self.run(self.queries.driver.execute(self.image.empty_statement()))
+    async def fetch(self, query: str) -> list:
+        return await self.queries.driver.fetch(query)
 
-    def dump(self) -> Image:
-        (row,) = self.run(self.queries.driver.fetch(self._dump_query))
-        return self.image.image_from(row)
-
-    def load(self, image: Image) -> None:
-        self.run(self.connection.execute(load_script(image, self.tables, self.sequences)))
-
-    def versions(self) -> dict[str, str]:
-        from importlib.metadata import version
-
-        rows = self.run(self.queries.driver.fetch("SHOW server_version"))
-        return {"pgqueuer": version("pgqueuer"), "postgresql": rows[0]["server_version"]}
-
-    def close(self) -> None:
-        try:
-            if self.connection is not None:
-                self.run(self.connection.close())
-        finally:
-            self.loop.close()
+    def close_library(self) -> None:
+        self.run(self.connection.close())
 
 
 class PgqueuerStorage(TargetStorage):

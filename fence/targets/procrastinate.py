@@ -60,7 +60,6 @@ the attempt, and that is what the lockstep reports.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 
@@ -71,9 +70,9 @@ from procrastinate import jobs as procrastinate_jobs
 
 from fence._policies import Decision
 from fence.guard import Guard
-from fence.targets.images import PostgresTables, SchemaImage
+from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
     TargetStorage,
 )
 
@@ -195,11 +194,6 @@ TABLES_IMAGE = PostgresTables(
 their timestamps as they are: only ``select_stalled_jobs_by_started`` and ``delete_old_jobs`` read
 them, and fence calls neither; the events a job's insert trigger writes are replaced by the image's."""
 Image = SchemaImage
-
-
-def load_script(image: Image, sequences: dict[str, str]) -> str:
-    """One transaction, as one script, that makes procrastinate's tables hold exactly ``image``."""
-    return TABLES_IMAGE.load_script(image, sequences)
 
 
 # -- the ledger ---------------------------------------------------------------------------
@@ -424,64 +418,36 @@ class ProcrastinateLedger(TargetLedger):
 
 
 # -- one connection per storage, a fresh database per world ---------------------------------
-class Session:
-    """One procrastinate App on one event loop, opened once; ``run`` awaits a call on it."""
+class Session(PostgresSession):
+    """One procrastinate App on one event loop, opened once, on a pool of one connection."""
 
-    def __init__(self, url: str) -> None:
-        self.loop = asyncio.new_event_loop()
+    SYSTEM = "procrastinate"
+
+    def open_library(self, url: str) -> PostgresTables:
         self.app = make_app(url)
-        self.pool = None
+        # procrastinate's own pool checks each connection with a round trip before
+        # every query; fence's is one loopback connection, and the check doubled a step.
+        self.pool = psycopg_pool.AsyncConnectionPool(url, min_size=1, max_size=1, open=False,
+                                                     kwargs={"autocommit": True})
         try:
-            # procrastinate's own pool checks each connection with a round trip before
-            # every query; fence's is one loopback connection, and the check doubled a step.
-            self.pool = psycopg_pool.AsyncConnectionPool(
-                url, min_size=1, max_size=1, open=False, kwargs={"autocommit": True}
-            )
             self.run(self.pool.open(wait=True))
             self.run(self.app.open_async(pool=self.pool))
             self.run(ensure_schema(self.app))
-            self.sequences = TABLES_IMAGE.sequences_from(self.run(self.app.connector.execute_query_all_async(
-                query=TABLES_IMAGE.sequences_query())))
         except Exception as error:
-            self.close()
-            raise BackendError(f"{url}: cannot open procrastinate there ({refusal(error)})") from None
-        self.restorer = Restorer()
-        """Which ledger's image procrastinate's tables hold (fence.targets.protocol)."""
-        self._dump_query = TABLES_IMAGE.dump_query(self.sequences)
+            self.run(self.pool.close())
+            raise BackendError(refusal(error)) from None
+        return TABLES_IMAGE
 
-    def run(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
+    async def execute(self, script: str) -> None:
+        async with self.pool.connection() as connection:
+            await connection.execute(script)
 
-    def empty(self) -> None:
-        """Empty procrastinate's tables for a fresh world (the ledger using them keeps its image)."""
-        self.restorer.release()
-        self.run(self.app.connector.execute_query_async(query=TABLES_IMAGE.empty_statement()))
+    async def fetch(self, query: str) -> list:
+        return await self.app.connector.execute_query_all_async(query=query)
 
-    def dump(self) -> Image:
-        return TABLES_IMAGE.image_from(self.run(self.app.connector.execute_query_one_async(query=self._dump_query)))
-
-    def load(self, image: Image) -> None:
-        script = load_script(image, self.sequences)
-
-        async def load() -> None:
-            async with self.pool.connection() as connection:
-                await connection.execute(script)
-
-        self.run(load())
-
-    def versions(self) -> dict[str, str]:
-        from importlib.metadata import version
-
-        row = self.run(self.app.connector.execute_query_one_async(query="SHOW server_version"))
-        return {"procrastinate": version("procrastinate"), "postgresql": row["server_version"]}
-
-    def close(self) -> None:
-        try:
-            if self.pool is not None:
-                self.run(self.app.close_async())
-                self.run(self.pool.close())
-        finally:
-            self.loop.close()
+    def close_library(self) -> None:
+        self.run(self.app.close_async())
+        self.run(self.pool.close())
 
 
 class ProcrastinateStorage(TargetStorage):
