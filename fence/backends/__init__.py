@@ -225,25 +225,18 @@ POSTGRES_SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "postgre
 """Package data, so that an installed fence starts its own cluster (scripts/postgres.sh runs it in a checkout)."""
 
 
+REDIS_SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "redis.sh"
+"""Package data, like POSTGRES_SCRIPT: the celery target starts its own Redis from an installed fence too."""
+
+
 @contextlib.contextmanager
 def private_postgres() -> Iterator[str]:
     """A private PostgreSQL cluster (127.0.0.1 only, in a temporary directory), stopped on the way out.
 
     Started by the project's own script; BackendError in one line if it cannot be.
     """
-    started = subprocess.run(["bash", str(POSTGRES_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
-    if started.returncode != 0:
-        last = (started.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BackendError(f"could not start a private PostgreSQL cluster ({last}); set FENCE_POSTGRES_URL")
-    url = started.stdout.strip().splitlines()[-1]
-    try:
+    with _private_server(POSTGRES_SCRIPT, "PostgreSQL cluster", "FENCE_POSTGRES_URL") as url:
         yield url
-    finally:
-        subprocess.run(["bash", str(POSTGRES_SCRIPT), "stop", url], capture_output=True, timeout=120)
-
-
-REDIS_SCRIPT = Path(__file__).resolve().parent.parent / "_scripts" / "redis.sh"
-"""Package data, like POSTGRES_SCRIPT: the celery target starts its own Redis from an installed fence too."""
 
 
 @contextlib.contextmanager
@@ -252,12 +245,19 @@ def private_redis() -> Iterator[str]:
 
     Started by the project's own script; BackendError in one line if it cannot be.
     """
-    started = subprocess.run(["bash", str(REDIS_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    with _private_server(REDIS_SCRIPT, "Redis server", "FENCE_REDIS_URL") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _private_server(script: Path, what: str, variable: str) -> Iterator[str]:
+    """``script start`` (its last line is the URL), yielded, then ``script stop URL``."""
+    started = subprocess.run(["bash", str(script), "start"], capture_output=True, text=True, timeout=600)
     if started.returncode != 0:
         last = (started.stderr.strip().splitlines() or ["no output"])[-1]
-        raise BackendError(f"could not start a private Redis server ({last}); set FENCE_REDIS_URL")
+        raise BackendError(f"could not start a private {what} ({last}); set {variable}")
     url = started.stdout.strip().splitlines()[-1]
     try:
         yield url
     finally:
-        subprocess.run(["bash", str(REDIS_SCRIPT), "stop", url], capture_output=True, timeout=120)
+        subprocess.run(["bash", str(script), "stop", url], capture_output=True, timeout=120)
