@@ -162,3 +162,22 @@ def test_fence_targets_offers_exactly_the_profiles_the_table_defines():
     assert PROFILE_NAMES == tuple(TARGET_PROFILES)
     assert all(profile.bounds[0] == EXPLORER_BOUND for profile in TARGET_PROFILES.values())
     assert all(config.failures for profile in TARGET_PROFILES.values() for config in profile.configs)
+
+
+def test_the_shipped_adapters_stand_on_fence_s_public_names_alone():
+    """Each shipped adapter is written as a user's would be: no fence._ module imported (the public API's own
+    modules, fence.targets' __init__, protocol and images, are what the adapters stand on)."""
+    import ast
+
+    targets = Path(__file__).resolve().parent.parent / "fence" / "targets"
+    private = {}
+    for adapter in sorted(targets.glob("*.py")):
+        if adapter.stem in ("__init__", "protocol", "images"):
+            continue
+        for node in ast.walk(ast.parse(adapter.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            private.update({f"{adapter.name}:{node.lineno}": name for name in names
+                            if name.startswith("fence") and any(part.startswith("_") for part in name.split("."))})
+    assert private == {}
+    assert len(list(targets.glob("*.py"))) - 3 == 6  # six shipped systems, each checked above

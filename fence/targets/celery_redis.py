@@ -123,7 +123,7 @@ import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport.redis import Mutex, MutexHeld
 
-from fence._policies import Decision
+from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis
 from fence.targets.protocol import (

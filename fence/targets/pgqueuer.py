@@ -99,7 +99,7 @@ from pgqueuer.domain.errors import DuplicateJobError
 from pgqueuer.domain.models import TracebackRecord
 from pgqueuer.queries import EntrypointExecutionParameter
 
-from fence._policies import Decision
+from fence import Decision
 from fence.guard import Guard, GuardedAttempt
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (

@@ -68,7 +68,7 @@ import psycopg_pool
 from procrastinate import exceptions as procrastinate_errors
 from procrastinate import jobs as procrastinate_jobs
 
-from fence._policies import Decision
+from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
