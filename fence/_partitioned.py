@@ -1,0 +1,497 @@
+"""The explorer's levels partitioned by fingerprint: each state has one owner, which alone keeps and expands it.
+
+Theory of operation
+-------------------
+The walk is ``fence._explore.walk``'s, level by level, over the abstract walk's
+entries (``fence._abstract``): the same memos, learned from the same World, the
+same successors, the same step and drain judges. What differs is who does it.
+There are ``count`` partitions (processes, or Ray actors); the owner of a state
+is its key's fingerprint modulo ``count``. Each partition keeps its own
+memos, its own set of the fingerprints it has seen, and the frontier of the
+states it owns. One level is one round (``Partition.advance``):
+
+1. take in the states the others sent last round; keep those not seen before
+   (the owner deduplicates, against its own set only), one row per state: the
+   least in the one-process order (below) of the rows that reached it;
+2. judge each new state's drain (invariant 6);
+3. expand each new state in that order; a successor this partition has not
+   seen is sent to its owner, a batch per owner (or kept, if its own).
+
+What travels is a row per state, never a World: the fingerprint, the order,
+each job's detail and key part as plain tuples (re-numbered by the receiver's
+memos), the context, the abandon promises, and the path from the root as
+(action, what a janitor's step was meant to do) pairs. Rows are pickled a
+batch at a time, so each action, detail and part is written once per batch.
+The path is all the parent bookkeeping there is: a World that a memo miss needs
+is rebuilt by replaying it (``OwnedWalk.world_of``), and a counterexample is the
+path to the first violating transition, replayed from scratch as in one process.
+
+Fingerprints the same in every process
+    The one-process walk numbers key parts in the order it meets them, so its
+    keys mean nothing to another process; here each part is numbered by its
+    content (``fence._visited.of_plain``: marshal and blake2b, never Python's
+    per-process ``hash``), so every partition gives a state the same fingerprint
+    and the same owner.
+
+The same order, so the same counterexamples
+    One process expands a level in the order its states were found: by their
+    parents' order, then by the transition's place among the parent's actions.
+    Here a state's order is that pair written as one integer (the parent's
+    order shifted left by ``STRIDE_BITS`` plus the place; the root is 1), so
+    comparing orders of one level compares them as the one-process walk would
+    have met them. Each partition expands in that order and records, per
+    invariant, its first breaking transition with its order; the coordinator
+    takes the least of each level. That is the transition the one-process walk
+    finds first, so the counterexample is the same path (the tests compare them).
+
+What is not shared: ``max_states`` and ``stop_when_all_violated`` (the one-process
+walk keeps them exactly), user plug-ins and user step invariants (their walks are
+not keyed by the memos); those run in one process and the result says why.
+"""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import resource
+import sys
+import time
+from collections import Counter
+from operator import itemgetter
+
+from fence._abstract import AbstractWalk, Entry, PartNumbers
+from fence._drain_judge import DrainJudge
+from fence._visited import of_plain
+from fence._world import World
+
+STRIDE_BITS = 16
+"""Bits for a transition's place among its state's actions in an order (at most 65,536 actions a state)."""
+
+_by_order = itemgetter(0)
+
+
+class ContentNumbers(PartNumbers):
+    """Key parts numbered by their content's fingerprint: the same number in every process."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[tuple, int] = {}
+        self.parts: dict[int, tuple] = {}  # type: ignore[assignment]  # indexed by number, as the list is
+
+    def __call__(self, part: tuple) -> int:
+        number = self.numbers.get(part)
+        if number is None:
+            number = self.numbers[part] = of_plain(part)
+            self.parts[number] = part
+        return number
+
+
+class OwnedWalk(AbstractWalk):
+    """The abstract walk of one partition: parts by content, and Worlds rebuilt from an entry's path."""
+
+    numbering = ContentNumbers
+
+    def world_of(self, entry: Entry) -> World:
+        """An entry that came in a row has no parent here: its World is its path replayed from the root."""
+        if entry.world is None and entry.parent is None and entry.path:
+            world = self.root.world.clone(history=False)
+            for action, meant in entry.path:
+                if meant is not None:
+                    action = _translate(world, action, meant)
+                world.apply(action)
+            world.reached.clear()  # counted by the walk already
+            memo = world.job_memo
+            for job, part, detail in zip(self.jobs, entry.parts, entry.details):
+                memo[job] = self.parts_by_number[part]
+                memo[_DETAIL + job] = detail
+            entry.world = world
+            self.replays += 1
+            return world
+        return super().world_of(entry)
+
+
+def _translate(world, action, meant):
+    from fence._abstract import translate
+
+    return translate(world, action, *meant)
+
+
+from fence._transitions import DETAIL as _DETAIL  # noqa: E402
+
+
+class Partition:
+    """One owner's share of the walk: its seen fingerprints, its frontier, its memos (see the module docstring)."""
+
+    def __init__(self, index: int, count: int, policy, config, symmetry: bool, invariants) -> None:
+        from fence._explore import _Memo
+
+        self.index, self.count = index, count
+        step_invariants = [inv for inv in invariants if not inv.at_teardown]
+        self.teardown = {inv.name for inv in invariants if inv.at_teardown}
+        memos = _Memo(step_invariants)
+        self.steps = memos.steps
+        judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps)
+        self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config),
+                              fingerprint=of_plain, parents=None)
+        root_key = self.walk.root_key()
+        self.seen: set[int] = {root_key}  # every partition knows the root: it is never sent
+        self.candidates: dict[int, tuple] = {}
+        """Fingerprint -> (order, Entry) of the new states this partition found for itself this level."""
+        if root_key % count == index:
+            self.candidates[root_key] = (1, self.walk.root)
+        self.steps_made: dict = {}
+        """(id(action), meant) -> (action, the path step): one step object per action, so batches share them."""
+        gc.disable()  # fence's own parts hold no cycles (see fence._explore._LongLived); this process is the walk's
+
+    def advance(self, incoming: list[bytes], expand: bool, known: frozenset, seconds_left: float | None):
+        """One level: take in the rows sent to this partition, judge the new states, expand them.
+
+        Returns (report, outgoing): outgoing holds a pickled batch of rows per partition (None for this one);
+        the report is a dict of counts and of the first findings with their orders.
+        """
+        deadline = time.monotonic() + seconds_left if seconds_left is not None else None
+        frontier = self._take_in(incoming)
+        walk = self.walk
+        drain_found: dict[str, tuple[int, tuple]] = {}
+        unsettled = 0
+        drained = set(known)
+        for order, entry in frontier:
+            if self.teardown <= drained:
+                break
+            broken, settled = walk.judge_drain_of(entry)
+            unsettled += not settled
+            for name in broken:
+                if name not in drained:
+                    drain_found[name] = (order, entry.path)
+                    drained.add(name)
+        report = {"accepted": len(frontier), "drain_found": drain_found, "unsettled": unsettled,
+                  "transitions": 0, "reached": Counter(), "step_found": {}, "stopped": False}
+        outgoing: list = [None] * self.count
+        if expand and frontier:
+            rows = self._expand(frontier, set(known), deadline, report)
+            outgoing = [pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL) if batch is not None else None
+                        for batch in rows]
+        report["peak_bytes"] = peak_bytes()
+        report["seen"] = len(self.seen)
+        return report, outgoing
+
+    def _take_in(self, incoming: list[bytes]) -> list[tuple[int, Entry]]:
+        """The new states this level owns, in order: its own finds and the rows sent, the least order per state."""
+        candidates, self.candidates = self.candidates, {}
+        seen = self.seen
+        for batch in incoming:
+            for row in pickle.loads(batch):
+                key, order = row[0], row[1]
+                held = candidates.get(key)
+                if held is None:
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    candidates[key] = (order, row)
+                elif order < held[0]:
+                    candidates[key] = (order, row)
+        intern, number = self.steps.intern, self.walk.number
+        frontier = []
+        for order, held in sorted(candidates.values(), key=_by_order):
+            if not isinstance(held, Entry):
+                _key, _order, details, parts, abandoned, shared, path = held
+                held = Entry(tuple([intern(detail) for detail in details]), tuple([number(part) for part in parts]),
+                             abandoned, shared, None, None, None, None, None)
+                held.path = path
+            frontier.append((order, held))
+        return frontier
+
+    def _expand(self, frontier, known: set, deadline, report) -> list:
+        walk, seen, count, me = self.walk, self.seen, self.count, self.index
+        rows: list = [[] if number != me else None for number in range(count)]
+        candidates = self.candidates
+        details_of, parts_of = self.steps.by_number, walk.parts_by_number
+        steps_made = self.steps_made
+        step_found = report["step_found"]
+        reached = report["reached"]
+        transitions = 0
+        for order, entry in frontier:
+            if deadline is not None and time.monotonic() > deadline:
+                report["stopped"] = True
+                break
+            base = order << STRIDE_BITS
+            path = entry.path
+            for place, (action, child, key, broken) in enumerate(walk.successors(entry, seen, known, reached)):
+                transitions += 1
+                if broken or child is not None:
+                    meant = walk.last_meant
+                    made = steps_made.get((id(action), meant))
+                    if made is None or made[0] is not action:
+                        made = steps_made[(id(action), meant)] = (action, (action, meant))
+                    step = made[1]
+                    for name in broken:
+                        if name not in step_found:
+                            step_found[name] = (base + place, path + (step,))
+                            known.add(name)
+                if child is None:
+                    continue
+                seen.add(key)
+                child.path = path + (step,)
+                owner = key % count
+                if owner == me:
+                    candidates[key] = (base + place, child)
+                else:
+                    rows[owner].append((
+                        key, base + place, tuple([details_of[d] for d in child.details]),
+                        tuple([parts_of[p] for p in child.parts]), child.abandoned, child.shared, child.path,
+                    ))
+        for _order, entry in frontier:
+            entry.parent = None  # its children have its World if they need it; nothing older is kept
+        report["transitions"] = transitions
+        return rows
+
+
+def peak_bytes() -> int:
+    """This process's peak resident memory (Linux reports kilobytes, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+# -- the coordinator ---------------------------------------------------------------------------------
+def coordinate(result, transport, invariants, *, max_depth, time_budget, progress, started) -> None:
+    """Run the levels through ``transport`` (processes or Ray actors) and fill in ``result``.
+
+    ``transport.round(expand, known, seconds_left)`` runs one ``Partition.advance`` in every
+    partition, delivering each the batches the others sent it last round, and returns the reports.
+    """
+    from fence._abstract import replayable
+    from fence._explore import verdicts
+
+    found: dict[str, tuple] = {}
+    depth = 0
+    out_of_budget = None
+    remaining = False
+    peak = 0
+    while True:
+        expand = max_depth is None or depth < max_depth
+        seconds_left = None
+        if time_budget is not None:
+            seconds_left = time_budget - (time.perf_counter() - started)
+            if seconds_left <= 0:
+                out_of_budget = "time_budget"
+                break
+        reports = transport.round(expand, frozenset(found), seconds_left)
+        accepted = sum(report["accepted"] for report in reports)
+        result.states += accepted
+        peak = max(peak, sum(report["peak_bytes"] for report in reports))
+        _least(found, [report["drain_found"] for report in reports])
+        result.drains_unsettled += sum(report["unsettled"] for report in reports)
+        if accepted == 0:
+            break
+        if not expand:
+            remaining = True
+            break
+        _least(found, [report["step_found"] for report in reports])
+        result.transitions += sum(report["transitions"] for report in reports)
+        for report in reports:
+            result.reached.update(report["reached"])
+        if any(report["stopped"] for report in reports):
+            out_of_budget = "time_budget"
+            break
+        depth += 1
+        if progress is not None:
+            result.depth, result.seconds = depth, time.perf_counter() - started
+            result.queued = -1  # the next level's states are counted by their owners next round
+            progress(result)
+    result.depth = depth
+    result.peak_bytes = peak
+    result.exhausted = out_of_budget is None and not remaining
+    result.stopped_by = out_of_budget
+    paths = {name: replayable(World(result.policy, result.config), list(path)) for name, (_, path) in found.items()}
+    verdicts(result, invariants, paths, out_of_budget)
+    result.seconds = time.perf_counter() - started
+
+
+def _least(found: dict, findings: list[dict]) -> None:
+    """Record each invariant not found before at the least order any partition found it."""
+    for name in sorted({name for first in findings for name in first} - set(found)):
+        found[name] = min((first[name] for first in findings if name in first), key=_by_order)
+
+
+# -- transports: processes on this machine, or Ray actors ------------------------------------------
+class ProcessTransport:
+    """Partitions in forked processes on this machine; the coordinator hands each its batches, unread."""
+
+    def __init__(self, count: int, setup: tuple) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+        self.pipes, self.processes = [], []
+        for index in range(count):
+            here, there = context.Pipe()
+            process = context.Process(target=_partition_process, args=(there, index, count, setup), daemon=True)
+            process.start()
+            there.close()
+            self.pipes.append(here)
+            self.processes.append(process)
+        self.incoming: list[list[bytes]] = [[] for _ in range(count)]
+
+    def round(self, expand: bool, known: frozenset, seconds_left: float | None) -> list[dict]:
+        for pipe, batches in zip(self.pipes, self.incoming):
+            pipe.send((batches, expand, known, seconds_left))
+        replies = [_received(pipe) for pipe in self.pipes]
+        self.incoming = [[] for _ in self.pipes]
+        for _report, outgoing in replies:
+            for owner, batch in enumerate(outgoing):
+                if batch is not None:
+                    self.incoming[owner].append(batch)
+        return [report for report, _ in replies]
+
+    def close(self) -> None:
+        for pipe in self.pipes:
+            try:
+                pipe.send(None)
+            except OSError:  # the process is gone already
+                pass
+        for process in self.processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+
+    def kill(self) -> None:
+        for process in self.processes:
+            process.kill()
+
+
+def _received(pipe):
+    reply = pipe.recv()
+    if isinstance(reply, str):  # a partition's traceback
+        raise RuntimeError(f"an explorer partition failed:\n{reply}")
+    return reply
+
+
+def _partition_process(pipe, index: int, count: int, setup: tuple) -> None:
+    import signal
+    import traceback
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the coordinator's to handle (it kills us)
+    try:
+        partition = Partition(index, count, *setup)
+        while True:
+            order = pipe.recv()
+            if order is None:
+                return
+            pipe.send(partition.advance(*order))
+    except Exception:
+        pipe.send(traceback.format_exc())
+
+
+class RayTransport:
+    """Partitions as Ray actors: each round's batches go from actor to actor through Ray's object store.
+
+    ``address`` is a running cluster's address (as ``ray.init`` takes it), or "local" to start a
+    cluster of this machine's own for the walk (no dashboard) and stop it after.
+    """
+
+    def __init__(self, count: int, setup: tuple, address: str) -> None:
+        import ray
+
+        self.ray = ray
+        self.started_here = False
+        if not ray.is_initialized():
+            if address == "local":
+                ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            else:
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+            self.started_here = True
+        actor = ray.remote(num_cpus=1)(RayPartition)
+        self.actors = [actor.remote(index, count, setup) for index in range(count)]
+        self.incoming: list[list] = [[] for _ in range(count)]
+
+    def round(self, expand: bool, known: frozenset, seconds_left: float | None) -> list[dict]:
+        count = len(self.actors)
+        calls = [
+            actor.advance.options(num_returns=count + 1).remote(expand, known, seconds_left, *batches)
+            for actor, batches in zip(self.actors, self.incoming)
+        ]
+        # Each batch stays in the object store: its reference goes to its owner's next call, and Ray
+        # hands the bytes from actor to actor (top-level arguments are fetched before the call runs).
+        self.incoming = [[] for _ in range(count)]
+        for sender, refs in enumerate(calls):
+            for owner in range(count):
+                if owner != sender:
+                    self.incoming[owner].append(refs[1 + owner])
+        return self.ray.get([refs[0] for refs in calls])
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        if self.started_here:
+            self.ray.shutdown()
+
+    kill = close
+
+
+class RayPartition:
+    """A ``Partition`` in a Ray actor: an empty batch (this actor's own slot, or nothing to send) is b""."""
+
+    def __init__(self, index: int, count: int, setup: tuple) -> None:
+        self.partition = Partition(index, count, *setup)
+
+    def advance(self, expand: bool, known: frozenset, seconds_left, *incoming: bytes):
+        report, outgoing = self.partition.advance([batch for batch in incoming if batch], expand, known, seconds_left)
+        return (report, *[batch or b"" for batch in outgoing])
+
+
+# -- the entry --------------------------------------------------------------------------------------
+def partition_problem(policy, config, options: dict) -> str | None:
+    """Why this walk cannot be partitioned (it then runs in one process), or None."""
+    from fence._explore import INVARIANTS, memo_judges
+
+    if options.get("destination_factory") is not None or options.get("ledger_factory") is not None:
+        return "a user's destination or ledger is walked in one process (its copies are checked against replays)"
+    if not World(policy, config).fast_copy_is_faithful() or not _fence_policy(policy):
+        return "a user's policy is walked in one process (its calls are checked twice)"
+    steps_judged = [inv for inv in options.get("invariants", INVARIANTS) if not inv.at_teardown]
+    if not memo_judges(steps_judged):
+        return "a user's step invariant is judged on whole Worlds, in one process"
+    if options.get("max_states") is not None or options.get("stop_when_all_violated"):
+        return "a state budget (--max-states) is kept exactly by one process"
+    unknown = set(options) - {"max_depth", "time_budget", "symmetry", "invariants", "progress"}
+    if unknown:
+        return f"{', '.join(sorted(unknown))} is one process's option"
+    return None
+
+
+def _fence_policy(policy) -> bool:
+    from fence._policies import FENCE_POLICY_TYPES
+
+    return type(policy) in FENCE_POLICY_TYPES
+
+
+def explore_partitioned(policy, config, *, partitions: int = 2, ray_address: str | None = None, **options):
+    """``explore``, with each state owned by one of ``partitions`` processes (or Ray actors at ``ray_address``).
+
+    The same results as one process (states, transitions, depth, verdicts, the same shortest
+    counterexamples); where the walk cannot be partitioned it runs in one and says why.
+    """
+    from fence._explore import INVARIANTS, Exploration, explore
+
+    problem = partition_problem(policy, config, options)
+    if problem is not None:
+        found = explore(policy, config, **options)
+        found.one_process_because = problem
+        return found
+    started = time.perf_counter()
+    invariants = options.get("invariants", INVARIANTS)
+    symmetry = options.get("symmetry", False)
+    result = Exploration(policy, config, options.get("max_depth"), symmetry, processes=partitions)
+    setup = (policy, config, symmetry, invariants)
+    if ray_address is not None:
+        transport = RayTransport(partitions, setup, ray_address)
+        result.partitioned_on = f"{partitions} Ray actors ({ray_address})"
+    else:
+        transport = ProcessTransport(partitions, setup)
+        result.partitioned_on = f"{partitions} processes"
+    try:
+        coordinate(result, transport, invariants, max_depth=options.get("max_depth"),
+                   time_budget=options.get("time_budget"), progress=options.get("progress"), started=started)
+    except BaseException:
+        transport.kill()
+        raise
+    transport.close()
+    return result
