@@ -52,6 +52,8 @@ not keyed by the memos); those run in one process and the result says why.
 from __future__ import annotations
 
 import gc
+import hashlib
+import marshal
 import pickle
 import resource
 import sys
@@ -64,10 +66,19 @@ from fence._drain_judge import DrainJudge
 from fence._visited import of_plain
 from fence._world import World
 
+CODE_BYTES = 8
+"""A path is written as one code per step: the step's fingerprint, the same in every process (``step_code``)."""
+
 STRIDE_BITS = 16
 """Bits for a transition's place among its state's actions in an order (at most 65,536 actions a state)."""
 
 _by_order = itemgetter(0)
+
+
+def step_code(step: tuple) -> bytes:
+    """A step's code in a path: the fingerprint of its action's repr and what a janitor's step was meant to do."""
+    action, meant = step
+    return hashlib.blake2b(marshal.dumps((repr(action), meant), 2), digest_size=CODE_BYTES).digest()
 
 
 class ContentNumbers(PartNumbers):
@@ -90,11 +101,18 @@ class OwnedWalk(AbstractWalk):
 
     numbering = ContentNumbers
 
+    step_codes: dict[bytes, tuple] | None = None
+    """A path's step codes -> (action, meant), as ``Partition`` learns them."""
+
+    def steps_of(self, path: bytes) -> list[tuple]:
+        codes = self.step_codes
+        return [codes[path[at:at + CODE_BYTES]] for at in range(0, len(path), CODE_BYTES)]
+
     def world_of(self, entry: Entry) -> World:
         """An entry that came in a row has no parent here: its World is its path replayed from the root."""
         if entry.world is None and entry.parent is None and entry.path:
             world = self.root.world.clone(history=False)
-            for action, meant in entry.path:
+            for action, meant in self.steps_of(entry.path):
                 if meant is not None:
                     action = _translate(world, action, meant)
                 world.apply(action)
@@ -132,26 +150,32 @@ class Partition:
         judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps)
         self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config),
                               fingerprint=of_plain, parents=None)
+        self.walk.root.path = b""
+        self.codes: dict[bytes, tuple] = {}
+        """Step code -> (action, meant): every step this partition made or was told of (``step_code``)."""
+        self.walk.step_codes = self.codes
+        self.untold: dict[bytes, tuple] = {}
+        """The steps this partition made since its last batches: each batch tells its owner of them."""
+        self.made: dict = {}
+        """(id(action), meant) -> (action, code): each step's code computed once (the action is kept alive)."""
         root_key = self.walk.root_key()
         self.seen: set[int] = {root_key}  # every partition knows the root: it is never sent
         self.candidates: dict[int, tuple] = {}
         """Fingerprint -> (order, Entry) of the new states this partition found for itself this level."""
         if root_key % count == index:
             self.candidates[root_key] = (1, self.walk.root)
-        self.steps_made: dict = {}
-        """(id(action), meant) -> (action, the path step): one step object per action, so batches share them."""
         gc.disable()  # fence's own parts hold no cycles (see fence._explore._LongLived); this process is the walk's
 
     def advance(self, incoming: list[bytes], expand: bool, known: frozenset, seconds_left: float | None):
         """One level: take in the rows sent to this partition, judge the new states, expand them.
 
         Returns (report, outgoing): outgoing holds a pickled batch of rows per partition (None for this one);
-        the report is a dict of counts and of the first findings with their orders.
+        the report is a dict of counts and of the first findings, each with its order and path.
         """
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
-        drain_found: dict[str, tuple[int, tuple]] = {}
+        drain_found: dict[str, tuple[int, list]] = {}
         unsettled = 0
         drained = set(known)
         for order, entry in frontier:
@@ -161,17 +185,20 @@ class Partition:
             unsettled += not settled
             for name in broken:
                 if name not in drained:
-                    drain_found[name] = (order, entry.path)
+                    drain_found[name] = (order, walk.steps_of(entry.path))
                     drained.add(name)
         report = {"accepted": len(frontier), "drain_found": drain_found, "unsettled": unsettled,
-                  "transitions": 0, "reached": Counter(), "step_found": {}, "stopped": False}
+                  "transitions": 0, "reached": Counter(), "step_found": {}, "stopped": False, "rows": 0}
         outgoing: list = [None] * self.count
         if expand and frontier:
             rows = self._expand(frontier, set(known), deadline, report)
-            outgoing = [pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL) if batch is not None else None
+            untold, self.untold = list(self.untold.items()), {}
+            outgoing = [pickle.dumps((untold, batch), protocol=pickle.HIGHEST_PROTOCOL) if batch is not None else None
                         for batch in rows]
+            report["rows"] = sum(len(batch) for batch in rows if batch is not None)
         report["peak_bytes"] = peak_bytes()
         report["seen"] = len(self.seen)
+        report["rebuilt"] = walk.replays
         return report, outgoing
 
     def _take_in(self, incoming: list[bytes]) -> list[tuple[int, Entry]]:
@@ -179,7 +206,9 @@ class Partition:
         candidates, self.candidates = self.candidates, {}
         seen = self.seen
         for batch in incoming:
-            for row in pickle.loads(batch):
+            told, rows = pickle.loads(batch)
+            self.codes.update(told)
+            for row in rows:
                 key, order = row[0], row[1]
                 held = candidates.get(key)
                 if held is None:
@@ -193,9 +222,12 @@ class Partition:
         frontier = []
         for order, held in sorted(candidates.values(), key=_by_order):
             if not isinstance(held, Entry):
-                _key, _order, details, parts, abandoned, shared, path = held
+                _key, _order, details, parts, abandoned, shared, path, world = held
+                if world is not None:  # its maker built it: the memos here are likely to miss on it too
+                    memo = world.job_memo
+                    world.job_memo = {name: value for name, value in memo.items() if not name.startswith(_DETAIL)}
                 held = Entry(tuple([intern(detail) for detail in details]), tuple([number(part) for part in parts]),
-                             abandoned, shared, None, None, None, None, None)
+                             abandoned, shared, world, None, None, None, None)
                 held.path = path
             frontier.append((order, held))
         return frontier
@@ -205,7 +237,7 @@ class Partition:
         rows: list = [[] if number != me else None for number in range(count)]
         candidates = self.candidates
         details_of, parts_of = self.steps.by_number, walk.parts_by_number
-        steps_made = self.steps_made
+        made, codes, untold = self.made, self.codes, self.untold
         step_found = report["step_found"]
         reached = report["reached"]
         transitions = 0
@@ -219,18 +251,22 @@ class Partition:
                 transitions += 1
                 if broken or child is not None:
                     meant = walk.last_meant
-                    made = steps_made.get((id(action), meant))
-                    if made is None or made[0] is not action:
-                        made = steps_made[(id(action), meant)] = (action, (action, meant))
-                    step = made[1]
+                    known_step = made.get((id(action), meant))
+                    if known_step is None or known_step[0] is not action:
+                        step = (action, meant)
+                        code = step_code(step)
+                        if code not in codes:
+                            codes[code] = untold[code] = step
+                        known_step = made[(id(action), meant)] = (action, code)
+                    code = known_step[1]
                     for name in broken:
                         if name not in step_found:
-                            step_found[name] = (base + place, path + (step,))
+                            step_found[name] = (base + place, walk.steps_of(path + code))
                             known.add(name)
                 if child is None:
                     continue
                 seen.add(key)
-                child.path = path + (step,)
+                child.path = path + code
                 owner = key % count
                 if owner == me:
                     candidates[key] = (base + place, child)
@@ -238,6 +274,7 @@ class Partition:
                     rows[owner].append((
                         key, base + place, tuple([details_of[d] for d in child.details]),
                         tuple([parts_of[p] for p in child.parts]), child.abandoned, child.shared, child.path,
+                        child.world,
                     ))
         for _order, entry in frontier:
             entry.parent = None  # its children have its World if they need it; nothing older is kept
@@ -301,7 +338,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     result.peak_bytes = peak
     result.exhausted = out_of_budget is None and not remaining
     result.stopped_by = out_of_budget
-    paths = {name: replayable(World(result.policy, result.config), list(path)) for name, (_, path) in found.items()}
+    paths = {name: replayable(World(result.policy, result.config), path) for name, (_, path) in found.items()}
     verdicts(result, invariants, paths, out_of_budget)
     result.seconds = time.perf_counter() - started
 
