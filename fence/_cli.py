@@ -372,6 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
         "invariants run in one, which is faster (the report says so); a --max-states search runs in one",
     )
     explore.add_argument(
+        "--partitioned", action="store_true",
+        help="each state owned by one of --workers processes (2 if not given), by its fingerprint: levels shared "
+        "in batches of compact rows, the same results as one process (fence's own parts, built-in invariants)",
+    )
+    explore.add_argument(
+        "--ray", metavar="ADDRESS",
+        help="the partitioned walk on a Ray cluster: HOST:PORT of its head, 'auto', or 'local' to start one here; "
+        "--workers actors (2 if not given); needs pip install 'fence[ray]' (docs/how-to/explore-on-a-cluster.md)",
+    )
+    explore.add_argument(
         "--share-levels", choices=["where-it-pays", "always"], default="where-it-pays",
         help="with --workers: share levels only where that pays (default), or always (to compare)",
     )
@@ -523,22 +533,31 @@ def cmd_explore(args) -> int:
     problem = config.problem()
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
+    if args.ray:
+        from fence._partitioned import ray_problem
+
+        if problem := ray_problem(args.ray):
+            raise BadInput(problem)
     report_path = _report_path(args, None)
     out = _output.directory(args, "explore", _output.EVIDENCE / "counterexamples" / "explorer")
+    walk_options = dict(
+        max_depth=args.max_depth, max_states=args.max_states, time_budget=args.time_budget, symmetry=args.symmetry,
+        destination_factory=destination, ledger_factory=ledger, progress=_level_line,
+    )
     try:
-        found = _explore.explore_with_workers(
-            policy,
-            config,
-            workers=args.workers,
-            share_levels=args.share_levels.replace("-", "_"),
-            max_depth=args.max_depth,
-            max_states=args.max_states,
-            time_budget=args.time_budget,
-            symmetry=args.symmetry,
-            destination_factory=destination,
-            ledger_factory=ledger,
-            progress=_level_line,
-        )
+        if args.partitioned or args.ray:
+            from fence import _partitioned
+
+            found = _partitioned.explore_partitioned(
+                policy, config, partitions=args.workers if args.workers > 1 else 2, ray_address=args.ray,
+                **{name: value for name, value in walk_options.items() if value is not None and value is not False},
+            )
+        else:
+            found = _explore.explore_with_workers(
+                policy, config, workers=args.workers, share_levels=args.share_levels.replace("-", "_"), **walk_options,
+            )
+    except BadInput:
+        raise
     except Exception as crash:
         broken = broken_in(crash)
         if broken is None:  # fence's own code raised: a bug, with its traceback

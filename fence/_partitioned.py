@@ -176,13 +176,14 @@ class Partition:
         frontier = self._take_in(incoming)
         walk = self.walk
         drain_found: dict[str, tuple[int, list]] = {}
-        unsettled = 0
+        unsettled: list[int] = []  # the orders of the states whose drain found no fixed point
         drained = set(known)
         for order, entry in frontier:
             if self.teardown <= drained:
                 break
             broken, settled = walk.judge_drain_of(entry)
-            unsettled += not settled
+            if not settled:
+                unsettled.append(order)
             for name in broken:
                 if name not in drained:
                     drain_found[name] = (order, walk.steps_of(entry.path))
@@ -299,6 +300,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     from fence._explore import verdicts
 
     found: dict[str, tuple] = {}
+    teardown = {inv.name for inv in invariants if inv.at_teardown}
     depth = 0
     out_of_budget = None
     remaining = False
@@ -315,8 +317,14 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
         accepted = sum(report["accepted"] for report in reports)
         result.states += accepted
         peak = max(peak, sum(report["peak_bytes"] for report in reports))
+        before = set(found)
         _least(found, [report["drain_found"] for report in reports])
-        result.drains_unsettled += sum(report["unsettled"] for report in reports)
+        unsettled = [order for report in reports for order in report["unsettled"]]
+        if teardown <= set(found) and not teardown <= before:
+            # One process stops draining once every teardown invariant is found: count what it drained.
+            last = max(found[name][0] for name in teardown - before)
+            unsettled = [order for order in unsettled if order <= last]
+        result.drains_unsettled += len(unsettled)
         if accepted == 0:
             break
         if not expand:
@@ -332,7 +340,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
         depth += 1
         if progress is not None:
             result.depth, result.seconds = depth, time.perf_counter() - started
-            result.queued = -1  # the next level's states are counted by their owners next round
+            result.queued = sum(report["rows"] for report in reports)  # sent to their owners, not yet deduplicated
             progress(result)
     result.depth = depth
     result.peak_bytes = peak
@@ -431,7 +439,8 @@ class RayTransport:
         self.started_here = False
         if not ray.is_initialized():
             if address == "local":
-                ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, configure_logging=False)
+                ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                         _node_ip_address="127.0.0.1")  # this machine's loopback only
             else:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
             self.started_here = True
@@ -532,3 +541,30 @@ def explore_partitioned(policy, config, *, partitions: int = 2, ray_address: str
         raise
     transport.close()
     return result
+
+
+def ray_problem(address: str) -> str | None:
+    """Why ``--ray ADDRESS`` cannot work (Ray missing, an address that does not parse or answer), or None.
+
+    Checked before the walk: ``ray.init`` on an address nobody listens at retries for minutes.
+    """
+    import importlib.util
+    import socket
+
+    if importlib.util.find_spec("ray") is None:
+        return "--ray needs Ray, which is not installed here; install it with: pip install 'fence[ray]'"
+    if address in ("local", "auto"):
+        return None
+    hostport = address.removeprefix("ray://")
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return (f"--ray {address!r} is not an address: give HOST:PORT of the cluster's head (ray start --head "
+                "prints it), ray://HOST:PORT for Ray Client, 'auto' for the cluster this machine belongs to, "
+                "or 'local' to start one here")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as error:
+        return (f"--ray {address}: no Ray cluster answers there ({error.strerror or error}); start one with "
+                "'ray start --head' and pass the address it prints, or use --ray local")
+    return None
