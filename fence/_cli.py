@@ -425,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     explorer.add_argument("--repeat", type=_arguments.repeats, metavar="N",
                           help="explorer: explore each row N times, each in a fresh process, and report the median "
                           "run with the range (default 1); guard: rounds per queue, medians reported (default 3)")
+    explorer.add_argument(
+        "--engines", type=_arguments.engines, metavar="ENGINE,...",
+        help="explorer: a row per engine, of one-process, partitioned (2 processes owning states by fingerprint) "
+        "and ray (2 actors of a local Ray cluster; needs fence[ray]); default one-process",
+    )
     explorer.add_argument("--explorer-workers", type=_arguments.workers, default=1,
                           help="explorer: processes sharing each exploration's levels, even where one is faster "
                           "(rows then run one at a time)")
@@ -621,6 +626,13 @@ def cmd_bench(args) -> int:
     examples, steps, _shrink = PROFILES[args.profile]
     command = _output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
+    if args.what == "explorer" and args.engines and "ray" in args.engines.split(","):
+        from fence._partitioned import ray_problem
+
+        if problem := ray_problem("local"):
+            raise BadInput(problem)
+    if args.what != "explorer" and args.engines:
+        raise BadInput(f"--engines is for 'fence bench explorer', not {args.what}")
     if args.what == "explorer":
         # A user's policy is benchmarked like a built-in: loaded here once to refuse a bad spec
         # in one line, then again in each row's own process (by an absolute path).
@@ -642,6 +654,7 @@ def cmd_bench(args) -> int:
             names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
             symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat or 1,
             plugins=(absolute(args.destination), absolute(args.ledger)),
+            engines=[_bench.ENGINES[name] for name in args.engines.split(",")] if args.engines else (_bench.ONE_PROCESS,),
         )
     if args.what == "counterexamples":
         return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
