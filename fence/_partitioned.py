@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import itertools
 import marshal
 import pickle
 import resource
@@ -63,6 +64,7 @@ from operator import itemgetter
 
 from fence._abstract import AbstractWalk, Entry, PartNumbers
 from fence._drain_judge import DrainJudge
+from fence._transitions import StepMemo
 from fence._visited import of_plain
 from fence._world import World
 
@@ -93,6 +95,21 @@ class ContentNumbers(PartNumbers):
         if number is None:
             number = self.numbers[part] = of_plain(part)
             self.parts[number] = part
+        return number
+
+
+class ContentDetails(StepMemo):
+    """The step memo with each job's detail numbered by its content's fingerprint, as ``ContentNumbers`` parts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_number: dict[int, tuple] = {}  # type: ignore[assignment]
+
+    def intern(self, detail: tuple) -> int:
+        number = self.numbers.get(detail)
+        if number is None:
+            number = self.numbers[detail] = of_plain(detail)
+            self.by_number[number] = detail
         return number
 
 
@@ -146,10 +163,17 @@ class Partition:
         step_invariants = [inv for inv in invariants if not inv.at_teardown]
         self.teardown = {inv.name for inv in invariants if inv.at_teardown}
         memos = _Memo(step_invariants)
-        self.steps = memos.steps
+        memos.steps = self.steps = ContentDetails()
         judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps)
         self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config),
                               fingerprint=of_plain, parents=None)
+        # What every partition learns, it tells the others (``_news``, ``_told``): every key and answer of
+        # these memos is written in content numbers, so it means the same in every process, and each
+        # answer was computed by the model on a real World, so a partition that is told it need not
+        # build that World again (the walk's memos are functions of their keys: ``fence._abstract``).
+        walk = self.walk
+        self.memos = [self.steps.answers, memos.ticks.parts, walk.enabled, walk.readings, judge.memo, judge.halves]
+        self.marks = [0] * (len(self.memos) + 1)
         self.walk.root.path = b""
         self.codes: dict[bytes, tuple] = {}
         """Step code -> (action, meant): every step this partition made or was told of (``step_code``)."""
@@ -194,21 +218,47 @@ class Partition:
         if expand and frontier:
             rows = self._expand(frontier, set(known), deadline, report)
             untold, self.untold = list(self.untold.items()), {}
-            outgoing = [pickle.dumps((untold, batch), protocol=pickle.HIGHEST_PROTOCOL) if batch is not None else None
-                        for batch in rows]
+            news = self._news()
+            outgoing = [pickle.dumps((untold, news, batch), protocol=pickle.HIGHEST_PROTOCOL) if batch is not None
+                        else None for batch in rows]
             report["rows"] = sum(len(batch) for batch in rows if batch is not None)
         report["peak_bytes"] = peak_bytes()
         report["seen"] = len(self.seen)
         report["rebuilt"] = walk.replays
         return report, outgoing
 
+    def _news(self) -> list[list]:
+        """What the memos learned here since they last told (and were told): the new items of each, and the parts."""
+        numbers = self.walk.number.parts
+        news = [list(itertools.islice(memo.items(), mark, None)) for memo, mark in zip(self.memos, self.marks)]
+        news.append(list(itertools.islice(numbers.items(), self.marks[-1], None)))
+        self.marks = [len(memo) for memo in self.memos] + [len(numbers)]
+        return news
+
+    def _told(self, told: list[list[list]]) -> None:
+        """Learn what the others' memos learned; an answer known here already is kept (they are the same)."""
+        content = self.walk.number
+        for news in told:
+            for memo, items in zip(self.memos, news):
+                for key, answer in items:
+                    if key not in memo:
+                        memo[key] = answer
+            for number, part in news[-1]:
+                if number not in content.parts:
+                    content.parts[number] = part
+                    content.numbers[part] = number
+        # Everything up to here was learned elsewhere or told already: only what follows is news.
+        self.marks = [len(memo) for memo in self.memos] + [len(content.parts)]
+
     def _take_in(self, incoming: list[bytes]) -> list[tuple[int, Entry]]:
         """The new states this level owns, in order: its own finds and the rows sent, the least order per state."""
         candidates, self.candidates = self.candidates, {}
         seen = self.seen
-        for batch in incoming:
-            told, rows = pickle.loads(batch)
+        batches = [pickle.loads(batch) for batch in incoming]
+        for told, _news, _rows in batches:
             self.codes.update(told)
+        self._told([news for _told, news, _rows in batches])
+        for _told, _news, rows in batches:
             for row in rows:
                 key, order = row[0], row[1]
                 held = candidates.get(key)
@@ -219,7 +269,6 @@ class Partition:
                     candidates[key] = (order, row)
                 elif order < held[0]:
                     candidates[key] = (order, row)
-        intern, number = self.steps.intern, self.walk.number
         frontier = []
         for order, held in sorted(candidates.values(), key=_by_order):
             if not isinstance(held, Entry):
@@ -227,8 +276,7 @@ class Partition:
                 if world is not None:  # its maker built it: the memos here are likely to miss on it too
                     memo = world.job_memo
                     world.job_memo = {name: value for name, value in memo.items() if not name.startswith(_DETAIL)}
-                held = Entry(tuple([intern(detail) for detail in details]), tuple([number(part) for part in parts]),
-                             abandoned, shared, world, None, None, None, None)
+                held = Entry(details, parts, abandoned, shared, world, None, None, None, None)
                 held.path = path
             frontier.append((order, held))
         return frontier
@@ -237,7 +285,6 @@ class Partition:
         walk, seen, count, me = self.walk, self.seen, self.count, self.index
         rows: list = [[] if number != me else None for number in range(count)]
         candidates = self.candidates
-        details_of, parts_of = self.steps.by_number, walk.parts_by_number
         made, codes, untold = self.made, self.codes, self.untold
         step_found = report["step_found"]
         reached = report["reached"]
@@ -273,8 +320,7 @@ class Partition:
                     candidates[key] = (base + place, child)
                 else:
                     rows[owner].append((
-                        key, base + place, tuple([details_of[d] for d in child.details]),
-                        tuple([parts_of[p] for p in child.parts]), child.abandoned, child.shared, child.path,
+                        key, base + place, child.details, child.parts, child.abandoned, child.shared, child.path,
                         child.world,
                     ))
         for _order, entry in frontier:
