@@ -432,6 +432,7 @@ def explorer(
     ]
     several_engines = tuple(engines) != (ONE_PROCESS,)
     side_by_side = workers if explorer_workers < 2 and not several_engines else 1
+    load_before = _load()
     started = time.perf_counter()
     runs: dict[int, list[ExplorerRow]] = {}
     repeated = [task for task in tasks for _ in range(repeat)]
@@ -447,7 +448,8 @@ def explorer(
         how = ("# engine: one process (fence explore), or the partitioned walk (each state owned by one partition, by\n"
                "#   its fingerprint: fence explore --partitioned / --ray local) on 2 processes or on 2 actors of a local\n"
                "#   Ray cluster started for the row (2 CPUs; its start-up is counted in the wall time); rows one at a time\n"
-               "# peak MiB for a partitioned row: the coordinator's + the partitions' peaks summed; B/state counts both")
+               "# peak MiB for a partitioned row: the coordinator's + the partitions' peaks summed; B/state counts both\n"
+               f"# load average (1, 5, 15 min; the machine is shared): {load_before} at the start, {_load()} at the end")
     elif explorer_workers > 1:
         how = f"# each row: one exploration on {explorer_workers} processes sharing each level; rows one at a time"
     else:
@@ -497,6 +499,13 @@ def explorer(
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
     _publish(lines, out)
     return 0
+
+
+def _load() -> str:
+    """The machine's load averages, as uptime prints them."""
+    import os
+
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def _copies_against_builtins(rows: list[ExplorerRow]) -> list[str]:
