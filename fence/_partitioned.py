@@ -17,18 +17,22 @@ states it owns. One level is one round (``Partition.advance``):
 3. expand each new state in that order; a successor this partition has not
    seen is sent to its owner, a batch per owner (or kept, if its own).
 
-What travels is a row per state, never a World: the fingerprint, the order,
-each job's detail and key part as plain tuples (re-numbered by the receiver's
-memos), the context, the abandon promises, and the path from the root as
-(action, what a janitor's step was meant to do) pairs. Rows are pickled a
-batch at a time, so each action, detail and part is written once per batch.
-The path is all the parent bookkeeping there is: a World that a memo miss needs
-is rebuilt by replaying it (``OwnedWalk.world_of``), and a counterexample is the
-path to the first violating transition, replayed from scratch as in one process.
+What travels is a row per state: the fingerprint, the order, each job's
+detail and key part by number, the context, the abandon promises, and the
+path from the root as 8-byte step codes (``step_code``); a World only where
+its sender had to build one (its memos missed on it). With the rows go the
+steps behind new codes and what the sender's memos learned this round
+(``Partition._news``): every memo key and answer is written in content
+numbers, and each answer was computed by the model on a real World, so a
+partition told of it need not build that World itself. A batch is pickled
+once per owner per round. The path is all the parent bookkeeping there is: a
+World that a memo miss needs is rebuilt by replaying it
+(``OwnedWalk.world_of``), and a counterexample is the path to the first
+violating transition, replayed from scratch as in one process.
 
 Fingerprints the same in every process
-    The one-process walk numbers key parts in the order it meets them, so its
-    keys mean nothing to another process; here each part is numbered by its
+    The one-process walk numbers key parts and details in the order it meets
+    them, so its keys mean nothing to another process; here each is numbered by its
     content (``fence._visited.of_plain``: marshal and blake2b, never Python's
     per-process ``hash``), so every partition gives a state the same fingerprint
     and the same owner.
@@ -62,9 +66,9 @@ import time
 from collections import Counter
 from operator import itemgetter
 
-from fence._abstract import AbstractWalk, Entry, PartNumbers
+from fence._abstract import AbstractWalk, Entry, PartNumbers, translate
 from fence._drain_judge import DrainJudge
-from fence._transitions import StepMemo
+from fence._transitions import DETAIL, StepMemo
 from fence._visited import of_plain
 from fence._world import World
 
@@ -75,6 +79,7 @@ STRIDE_BITS = 16
 """Bits for a transition's place among its state's actions in an order (at most 65,536 actions a state)."""
 
 _by_order = itemgetter(0)
+_FINGERPRINT_BYTES = sys.getsizeof(2**63)
 
 
 def step_code(step: tuple) -> bytes:
@@ -131,26 +136,17 @@ class OwnedWalk(AbstractWalk):
             world = self.root.world.clone(history=False)
             for action, meant in self.steps_of(entry.path):
                 if meant is not None:
-                    action = _translate(world, action, meant)
+                    action = translate(world, action, *meant)
                 world.apply(action)
             world.reached.clear()  # counted by the walk already
             memo = world.job_memo
             for job, part, detail in zip(self.jobs, entry.parts, entry.details):
                 memo[job] = self.parts_by_number[part]
-                memo[_DETAIL + job] = detail
+                memo[DETAIL + job] = detail
             entry.world = world
             self.replays += 1
             return world
         return super().world_of(entry)
-
-
-def _translate(world, action, meant):
-    from fence._abstract import translate
-
-    return translate(world, action, *meant)
-
-
-from fence._transitions import DETAIL as _DETAIL  # noqa: E402
 
 
 class Partition:
@@ -188,7 +184,6 @@ class Partition:
         """Fingerprint -> (order, Entry) of the new states this partition found for itself this level."""
         if root_key % count == index:
             self.candidates[root_key] = (1, self.walk.root)
-        gc.disable()  # fence's own parts hold no cycles (see fence._explore._LongLived); this process is the walk's
 
     def advance(self, incoming: list[bytes], expand: bool, known: frozenset, seconds_left: float | None):
         """One level: take in the rows sent to this partition, judge the new states, expand them.
@@ -223,7 +218,8 @@ class Partition:
                         else None for batch in rows]
             report["rows"] = sum(len(batch) for batch in rows if batch is not None)
         report["peak_bytes"] = peak_bytes()
-        report["seen"] = len(self.seen)
+        # The seen set's table and its fingerprints (each a 64-bit int object): what the visited set costs here.
+        report["seen_bytes"] = sys.getsizeof(self.seen) + len(self.seen) * _FINGERPRINT_BYTES
         report["rebuilt"] = walk.replays
         return report, outgoing
 
@@ -275,7 +271,7 @@ class Partition:
                 _key, _order, details, parts, abandoned, shared, path, world = held
                 if world is not None:  # its maker built it: the memos here are likely to miss on it too
                     memo = world.job_memo
-                    world.job_memo = {name: value for name, value in memo.items() if not name.startswith(_DETAIL)}
+                    world.job_memo = {name: value for name, value in memo.items() if not name.startswith(DETAIL)}
                 held = Entry(details, parts, abandoned, shared, world, None, None, None, None)
                 held.path = path
             frontier.append((order, held))
@@ -351,6 +347,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     out_of_budget = None
     remaining = False
     peak = 0
+    reports: list[dict] = []
     while True:
         expand = max_depth is None or depth < max_depth
         seconds_left = None
@@ -389,6 +386,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
             result.queued = sum(report["rows"] for report in reports)  # sent to their owners, not yet deduplicated
             progress(result)
     result.depth = depth
+    result.visited_bytes = sum(report["seen_bytes"] for report in reports)
     result.peak_bytes = peak
     result.exhausted = out_of_budget is None and not remaining
     result.stopped_by = out_of_budget
@@ -460,6 +458,7 @@ def _partition_process(pipe, index: int, count: int, setup: tuple) -> None:
     import traceback
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the coordinator's to handle (it kills us)
+    gc.disable()  # fence's own parts hold no cycles (see fence._explore._LongLived); this process is the walk's
     try:
         partition = Partition(index, count, *setup)
         while True:
@@ -522,6 +521,7 @@ class RayPartition:
     """A ``Partition`` in a Ray actor: an empty batch (this actor's own slot, or nothing to send) is b""."""
 
     def __init__(self, index: int, count: int, setup: tuple) -> None:
+        gc.disable()  # as in a process of ProcessTransport: the actor's process is the walk's
         self.partition = Partition(index, count, *setup)
 
     def advance(self, expand: bool, known: frozenset, seconds_left, *incoming: bytes):

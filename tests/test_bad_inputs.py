@@ -239,6 +239,8 @@ CASES |= {
     "explore attempts huge": (["explore", "--attempts", "101"], "must be at most 100"),
     "explore jobs over capacity": (["explore", "--capacity", "1", "--jobs", "2"], "must not exceed capacity"),
     "explore unknown policy": (["explore", "--policy", "bogus"], "unknown policy 'bogus'"),
+    "bench engines unknown": (["bench", "explorer", "--engines", "one-process,gpu"], "one-process, partitioned, ray"),
+    "bench engines elsewhere": (["bench", "detection", "--engines", "ray"], "--engines is for 'fence bench explorer'"),
     "explore ray not an address": (["explore", "--ray", "nonsense"], "is not an address"),
     # Port 1 of this machine: refused at once (ray.init itself would retry for minutes).
     "explore ray nobody answers": (["explore", "--ray", "127.0.0.1:1"], "no Ray cluster answers there"),

@@ -178,3 +178,23 @@ def test_ray_at_two_by_two_gives_exactly_what_one_process_does(config):
     alone = explore(policy, config, symmetry=True)
     found = _on_ray(policy, config, symmetry=True)
     assert outcome_of(found) == outcome_of(alone)
+
+
+def test_bench_explorer_gives_a_row_per_engine_with_the_same_states(tmp_path, capsys):
+    """``fence bench explorer --engines``: a row per engine, the same states and transitions, memory per state."""
+    from fence._cli import main
+
+    out = tmp_path / "explorer.txt"
+    status = main(["bench", "explorer", "--policy", "naive", "--bound", "2x2x1:1", "--symmetry", "on",
+                   "--engines", "one-process,partitioned", "--report", str(out)])
+    assert status == 0, capsys.readouterr().err
+    lines = out.read_text().splitlines()
+    assert any(line.startswith("# load average") for line in lines)
+    header = next(line for line in lines if line.startswith("policy "))
+    assert all(column in header for column in ("engine", "states/s", "wall s", "peak MiB", "B/state"))
+    rows = [line for line in lines if line.startswith("naive ")]
+    assert [("2 processes" in row, "one process" in row) for row in rows] == [(False, True), (True, False)]
+    figures = [row.split("yes", 1)[1].split() for row in rows]  # after the symmetry column
+    one, two = figures[0], figures[1]
+    assert one[2:5] == two[2:5]  # states, transitions, depth (after the engine's two words)
+    assert "+" in two  # the coordinator's peak + the partitions'
