@@ -449,7 +449,8 @@ def explorer(
                "#   its fingerprint: fence explore --partitioned / --ray local) on 2 processes or on 2 actors of a local\n"
                "#   Ray cluster started for the row (2 CPUs; its start-up is counted in the wall time); rows one at a time\n"
                "# peak MiB for a partitioned row: the coordinator's + the partitions' peaks summed; B/state counts both\n"
-               f"# load average (1, 5, 15 min; the machine is shared): {load_before} at the start, {_load()} at the end")
+               f"# load average (1, 5, 15 min; the machine is shared): {load_before} at the start, {_load()} at the end"
+               + (f"\n# ray: {_version_of('ray')}" if ENGINES["ray"] in engines else ""))
     elif explorer_workers > 1:
         how = f"# each row: one exploration on {explorer_workers} processes sharing each level; rows one at a time"
     else:
@@ -499,6 +500,15 @@ def explorer(
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
     _publish(lines, out)
     return 0
+
+
+def _version_of(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
 
 
 def _load() -> str:

@@ -171,6 +171,7 @@ def test_ray_on_a_local_cluster_gives_exactly_what_one_process_does():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # at horizon 3, a minute or two each way on a shared two-core machine
 @pytest.mark.parametrize("config", [TWO_BY_TWO, TWO_BY_TWO_H3], ids=["2x2x2-h2", "2x2x2-h3"])
 def test_ray_at_two_by_two_gives_exactly_what_one_process_does(config):
     """At 2x2x2, horizons 2 and 3 (224,621 and 832,186 states), Ray's walk is one process's, exactly."""
