@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import os
 import itertools
 import marshal
 import pickle
@@ -484,6 +485,10 @@ class RayTransport:
         self.started_here = False
         if not ray.is_initialized():
             if address == "local":
+                # Ray starts its workers at niceness 15 (ray-project/ray#24928), to yield to its own daemons
+                # and to everything else on the node; on a shared machine the walk's actors then wait behind
+                # every other process, and the walk is the job here. A cluster's own setting is its own.
+                os.environ.setdefault("RAY_worker_niceness", "0")
                 ray.init(num_cpus=count, include_dashboard=False, log_to_driver=False, configure_logging=False,
                          _node_ip_address="127.0.0.1")  # this machine's loopback only
             else:
