@@ -132,7 +132,9 @@ Both cores
     the load must be evened, when its maker hands it over pickled. Since no
     level starts before the last is finished, the first violation found is still
     at the least depth. The tests walk every policy both ways and compare the
-    states, transitions, dangers and verdicts.
+    states, transitions, dangers and verdicts. ``fence._partitioned`` shares the
+    walk another way, which pays on fence's own parts: each state is owned by one
+    process (or Ray actor) by its fingerprint, and compact rows travel in batches.
 
 Verdicts
     PROVED: the state space under the bounds was exhausted (or, with
