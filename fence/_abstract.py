@@ -126,7 +126,8 @@ def readings_key(detail: int) -> int:
 class Entry:
     """A state of the walk by its readings, with a World only if one was built (see the module docstring)."""
 
-    __slots__ = ("node", "details", "parts", "abandoned", "shared", "world", "parent", "action", "job", "relative")
+    __slots__ = ("node", "details", "parts", "abandoned", "shared", "world", "parent", "action", "job", "relative",
+                 "path")
 
     def __init__(self, details: tuple, parts: tuple, abandoned: tuple, shared: tuple, world: World | None,
                  parent: Entry | None, action: Action | None, job: str | None, relative: tuple | None) -> None:
@@ -142,6 +143,9 @@ class Entry:
         """The step from ``parent`` (a janitor's translated on use, see ``translate``)."""
         self.job = job
         self.relative = relative
+        self.path = ()
+        """The steps from the root as (action, what a janitor's step was meant to do): kept only by the
+        partitioned walk (``fence._partitioned``), whose entries travel without their parents."""
 
 
 def translate(world: World, action: Action, job: str | None, relative: tuple | None) -> Action:
@@ -200,6 +204,10 @@ class PartNumbers:
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
+    numbering = PartNumbers
+    """How key parts are numbered: in the order met (one process); ``fence._partitioned`` numbers them by
+    content, so that every process gives a state the same fingerprint."""
+
     def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint,
                  parents) -> None:
         self.fingerprint = fingerprint
@@ -233,7 +241,7 @@ class AbstractWalk:
         what the janitor's step into a state was meant to do is kept with its parent (``meant_of``)."""
         self.last_meant: tuple[str, tuple] | None = None
         """(job, relative action) of the janitor's step ``successors`` yielded last, else None."""
-        self.number = PartNumbers()
+        self.number = self.numbering()
         self.parts_by_number = self.number.parts
         self.tick_moves: dict[tuple, int] = {}
         """The tick memo's answers by part number: (part, clock, tick) -> part."""

@@ -114,3 +114,13 @@ def non_negative_seconds(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"cannot be negative, got {text}")
     return value
+
+
+def engines(text: str) -> str:
+    """``fence bench explorer --engines``: a comma-separated list of one-process, partitioned and ray."""
+    known = ("one-process", "partitioned", "ray")
+    names = text.split(",")
+    wrong = [name for name in names if name not in known]
+    if wrong or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"must be a comma-separated list of {', '.join(known)}, each once, got {text!r}")
+    return text

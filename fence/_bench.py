@@ -275,6 +275,16 @@ EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
 """Lease 2 and 2 janitors throughout; units, jobs, attempts and the horizon grow (the last two: issue 28's rows)."""
 
 
+ONE_PROCESS = "one process"
+ENGINES = {
+    "one-process": ONE_PROCESS,
+    "partitioned": "2 processes",
+    "ray": "Ray, 2 actors",
+}
+"""``--engines`` names -> the engine column: the one-process walk, and the partitioned walk
+(``fence._partitioned``) on two processes or on two actors of a local Ray cluster of its own."""
+
+
 @dataclass
 class ExplorerRow:
     """One exploration's figures: what it found, how fast, and how much memory it held at most."""
@@ -297,6 +307,14 @@ class ExplorerRow:
     """With ``repeat``: every run's wall time; this row's figures are its median run's."""
     visited_bytes: int = 0
     """What the visited set (fingerprints, state numbers) and the parent pointers held at the end."""
+    engine: str = ONE_PROCESS
+    """Which walk (``ENGINES``): one process, the partitioned walk on two processes, or on two Ray actors."""
+
+    @property
+    def total_peak_mib(self) -> float:
+        """The coordinator's peak, plus the partitions' peaks summed for a partitioned walk (all of them live at once)."""
+        partitioned = self.engine != ONE_PROCESS and self.workers_peak_mib is not None
+        return self.peak_mib + (self.workers_peak_mib if partitioned else 0.0)
 
     @property
     def states_per_second(self) -> float:
@@ -304,8 +322,8 @@ class ExplorerRow:
 
     @property
     def bytes_per_state(self) -> float:
-        """The exploring process's peak resident memory over the distinct states: everything a state costs."""
-        return self.peak_mib * 2**20 / self.states if self.states else 0.0
+        """The exploring processes' peak resident memory over the distinct states: everything a state costs."""
+        return self.total_peak_mib * 2**20 / self.states if self.states else 0.0
 
     @property
     def visited_bytes_per_state(self) -> float:
@@ -347,24 +365,38 @@ def _explore_in_child(pipe, arguments) -> None:
     from fence._explore import explore_with_workers
     from fence._plugins import load_destination, load_ledger, load_policy
 
-    spec, config, symmetry, budget, explorer_workers, (destination, ledger) = arguments
+    spec, config, symmetry, budget, explorer_workers, (destination, ledger), engine = arguments
     try:
         policy = load_policy(spec)  # a built-in's name, or a user's MODULE:ATTR or FILE.py:ATTR
-        found = explore_with_workers(
-            policy, config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
-            share_levels="always",  # measured as asked, so the two ways can be compared
+        plug_ins = dict(
             destination_factory=load_destination(destination) if destination else None,
             ledger_factory=load_ledger(ledger) if ledger else None,
         )
+        if engine == ONE_PROCESS:
+            found = explore_with_workers(
+                policy, config, workers=explorer_workers, symmetry=symmetry, time_budget=budget,
+                share_levels="always",  # measured as asked, so the two ways can be compared
+                **plug_ins,
+            )
+        else:
+            from fence._partitioned import explore_partitioned
+
+            found = explore_partitioned(
+                policy, config, partitions=2, ray_address="local" if engine == ENGINES["ray"] else None,
+                symmetry=symmetry, time_budget=budget,
+                **{name: value for name, value in plug_ins.items() if value is not None},
+            )
         # A row with a user's destination or ledger is named by it: it is walked another way.
         name = policy.name + "".join(f" + {Path(p).name}" for p in (destination, ledger) if p)
         outcomes = "".join(item.outcome.value[0].upper() for item in found.results.values())
         kib = 1024 if sys.platform != "darwin" else 1024 * 1024  # ru_maxrss: KiB on Linux, bytes on macOS
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kib
         workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kib if explorer_workers > 1 else None
+        if engine != ONE_PROCESS:
+            workers = found.peak_bytes / 2**20 if found.partitioned_on else None  # each partition's own, summed
         pipe.send(ExplorerRow(
             name, config, symmetry, explorer_workers, found.states, found.transitions, found.depth,
-            found.seconds, found.exhausted, outcomes, own, workers, visited_bytes=found.visited_bytes,
+            found.seconds, found.exhausted, outcomes, own, workers, visited_bytes=found.visited_bytes, engine=engine,
         ))
     except BaseException:
         pipe.send(traceback.format_exc())
@@ -375,7 +407,7 @@ def _explore_in_child(pipe, arguments) -> None:
 def explorer(
     policies: Sequence[str], budget: float, workers: int, command: str, out: Path,
     bounds: Sequence[ModelConfig] = EXPLORER_BOUNDS, symmetry: str = "both", explorer_workers: int = 1,
-    repeat: int = 1, plugins: tuple[str | None, str | None] = (None, None),
+    repeat: int = 1, plugins: tuple[str | None, str | None] = (None, None), engines: Sequence[str] = (ONE_PROCESS,),
 ) -> int:
     """Per policy and bound: states/s, transitions/s, wall time and peak memory of one exploration.
 
@@ -387,27 +419,39 @@ def explorer(
     another, so that they do not compete for the cores. With ``repeat`` n > 1
     each row is explored n times, each in a fresh process, and reported by its
     median run (by wall time) with the range of the n: one run on a noisy
-    machine is not a figure to quote.
+    machine is not a figure to quote. ``engines`` (``ENGINES``' values): a row
+    per engine, one after another (a partitioned walk takes both cores).
     """
     choices = {"both": (False, True), "on": (True,), "off": (False,)}[symmetry]
     tasks = [
-        (name, config, with_symmetry, budget, explorer_workers, plugins)
+        (name, config, with_symmetry, budget, explorer_workers, plugins, engine)
         for config in bounds
         for name in policies
         for with_symmetry in (choices if config.jobs > 1 else (False,))
+        for engine in engines
     ]
-    side_by_side = workers if explorer_workers < 2 else 1
+    several_engines = tuple(engines) != (ONE_PROCESS,)
+    side_by_side = workers if explorer_workers < 2 and not several_engines else 1
+    load_before = _load()
     started = time.perf_counter()
     runs: dict[int, list[ExplorerRow]] = {}
     repeated = [task for task in tasks for _ in range(repeat)]
     # As finished, kept in task order for the table; a Ctrl-C stops every worker (fence._pool)
     for done, (index, row) in enumerate(run_tasks(_explore_one, repeated, side_by_side), 1):
         runs.setdefault(index // repeat, []).append(row)
-        print(f"[{done}/{len(repeated)}] {row.name} {row.config.describe()} symmetry={row.symmetry}: {row.states} states, "
+        print(f"[{done}/{len(repeated)}] {row.name} {row.config.describe()} symmetry={row.symmetry} {row.engine}: "
+              f"{row.states} states, "
               f"{row.seconds:.1f}s, peak {row.peak_mib:.0f} MiB", file=sys.stderr)
     rows = [_median_run(runs[index]) for index in sorted(runs)]
     wall = time.perf_counter() - started
-    if explorer_workers > 1:
+    if several_engines:
+        how = ("# engine: one process (fence explore), or the partitioned walk (each state owned by one partition, by\n"
+               "#   its fingerprint: fence explore --partitioned / --ray local) on 2 processes or on 2 actors of a local\n"
+               "#   Ray cluster started for the row (2 CPUs; its start-up is counted in the wall time); rows one at a time\n"
+               "# peak MiB for a partitioned row: the coordinator's + the partitions' peaks summed; B/state counts both\n"
+               f"# load average (1, 5, 15 min; the machine is shared): {load_before} at the start, {_load()} at the end"
+               + (f"\n# ray: {_version_of('ray')}" if ENGINES["ray"] in engines else ""))
+    elif explorer_workers > 1:
         how = f"# each row: one exploration on {explorer_workers} processes sharing each level; rows one at a time"
     else:
         how = f"# worker processes: {side_by_side} (each row is one single-process exploration, in a process of its own)"
@@ -428,7 +472,9 @@ def explorer(
         f"# wall time {wall:.0f}s",
         "",
         "verdicts: one letter per invariant 1-7 (P proved, V violated, U undetermined: budget ran out)",
-        f"{'policy':{width}} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} {'states':>8} {'transitions':>11} "
+        f"{'policy':{width}} {'bound (units x jobs x attempts, horizon)':42} {'sym':4} "
+        + (f"{'engine':14} " if several_engines else "")
+        + f"{'states':>8} {'transitions':>11} "
         f"{'depth':>5} {'wall s':>8} {'states/s':>8} {'trans/s':>8} {'peak MiB':>13} {'B/state':>8} {'visited B/state':>15} "
         "exhausted verdicts"
         + ("  runs s" if repeat > 1 else ""),
@@ -438,7 +484,9 @@ def explorer(
         bound = f"{config.capacity}x{config.jobs}x{config.max_attempts}, horizon {config.horizon}"
         peak = f"{row.peak_mib:.0f}" + (f" + {row.workers_peak_mib:.0f}" if row.workers_peak_mib is not None else "")
         lines.append(
-            f"{row.name:{width}} {bound:42} {'yes' if row.symmetry else 'no':4} {row.states:>8} {row.transitions:>11} "
+            f"{row.name:{width}} {bound:42} {'yes' if row.symmetry else 'no':4} "
+            + (f"{row.engine:14} " if several_engines else "")
+            + f"{row.states:>8} {row.transitions:>11} "
             f"{row.depth:>5} {row.seconds:>8.1f} {row.states_per_second:>8.0f} {row.transitions_per_second:>8.0f} "
             f"{peak:>13} {row.bytes_per_state:>8.0f} {row.visited_bytes_per_state:>15.0f} "
             f"{'yes' if row.exhausted else 'NO':9} {row.outcomes}"
@@ -452,6 +500,22 @@ def explorer(
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
     _publish(lines, out)
     return 0
+
+
+def _version_of(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def _load() -> str:
+    """The machine's load averages, as uptime prints them."""
+    import os
+
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def _copies_against_builtins(rows: list[ExplorerRow]) -> list[str]:

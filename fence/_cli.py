@@ -372,6 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
         "invariants run in one, which is faster (the report says so); a --max-states search runs in one",
     )
     explore.add_argument(
+        "--partitioned", action="store_true",
+        help="each state owned by one of --workers processes (2 if not given), by its fingerprint: levels shared "
+        "in batches of compact rows, the same results as one process (fence's own parts, built-in invariants)",
+    )
+    explore.add_argument(
+        "--ray", metavar="ADDRESS",
+        help="the partitioned walk on a Ray cluster: HOST:PORT of its head, 'auto', or 'local' to start one here; "
+        "--workers actors (2 if not given); needs pip install 'fence[ray]' (docs/how-to/explore-on-a-cluster.md)",
+    )
+    explore.add_argument(
         "--share-levels", choices=["where-it-pays", "always"], default="where-it-pays",
         help="with --workers: share levels only where that pays (default), or always (to compare)",
     )
@@ -415,6 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     explorer.add_argument("--repeat", type=_arguments.repeats, metavar="N",
                           help="explorer: explore each row N times, each in a fresh process, and report the median "
                           "run with the range (default 1); guard: rounds per queue, medians reported (default 3)")
+    explorer.add_argument(
+        "--engines", type=_arguments.engines, metavar="ENGINE,...",
+        help="explorer: a row per engine, of one-process, partitioned (2 processes owning states by fingerprint) "
+        "and ray (2 actors of a local Ray cluster; needs fence[ray]); default one-process",
+    )
     explorer.add_argument("--explorer-workers", type=_arguments.workers, default=1,
                           help="explorer: processes sharing each exploration's levels, even where one is faster "
                           "(rows then run one at a time)")
@@ -523,22 +538,31 @@ def cmd_explore(args) -> int:
     problem = config.problem()
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
+    if args.ray:
+        from fence._partitioned import ray_problem
+
+        if problem := ray_problem(args.ray):
+            raise BadInput(problem)
     report_path = _report_path(args, None)
     out = _output.directory(args, "explore", _output.EVIDENCE / "counterexamples" / "explorer")
+    walk_options = dict(
+        max_depth=args.max_depth, max_states=args.max_states, time_budget=args.time_budget, symmetry=args.symmetry,
+        destination_factory=destination, ledger_factory=ledger, progress=_level_line,
+    )
     try:
-        found = _explore.explore_with_workers(
-            policy,
-            config,
-            workers=args.workers,
-            share_levels=args.share_levels.replace("-", "_"),
-            max_depth=args.max_depth,
-            max_states=args.max_states,
-            time_budget=args.time_budget,
-            symmetry=args.symmetry,
-            destination_factory=destination,
-            ledger_factory=ledger,
-            progress=_level_line,
-        )
+        if args.partitioned or args.ray:
+            from fence import _partitioned
+
+            found = _partitioned.explore_partitioned(
+                policy, config, partitions=args.workers if args.workers > 1 else 2, ray_address=args.ray,
+                **{name: value for name, value in walk_options.items() if value is not None and value is not False},
+            )
+        else:
+            found = _explore.explore_with_workers(
+                policy, config, workers=args.workers, share_levels=args.share_levels.replace("-", "_"), **walk_options,
+            )
+    except BadInput:
+        raise
     except Exception as crash:
         broken = broken_in(crash)
         if broken is None:  # fence's own code raised: a bug, with its traceback
@@ -602,6 +626,13 @@ def cmd_bench(args) -> int:
     examples, steps, _shrink = PROFILES[args.profile]
     command = _output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
+    if args.what == "explorer" and args.engines and "ray" in args.engines.split(","):
+        from fence._partitioned import ray_problem
+
+        if problem := ray_problem("local"):
+            raise BadInput(problem)
+    if args.what != "explorer" and args.engines:
+        raise BadInput(f"--engines is for 'fence bench explorer', not {args.what}")
     if args.what == "explorer":
         # A user's policy is benchmarked like a built-in: loaded here once to refuse a bad spec
         # in one line, then again in each row's own process (by an absolute path).
@@ -623,6 +654,7 @@ def cmd_bench(args) -> int:
             names, args.time_budget, args.workers, command, out, bounds=args.bound or _bench.EXPLORER_BOUNDS,
             symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat or 1,
             plugins=(absolute(args.destination), absolute(args.ledger)),
+            engines=[_bench.ENGINES[name] for name in args.engines.split(",")] if args.engines else (_bench.ONE_PROCESS,),
         )
     if args.what == "counterexamples":
         return _bench.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())

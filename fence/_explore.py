@@ -132,7 +132,9 @@ Both cores
     the load must be evened, when its maker hands it over pickled. Since no
     level starts before the last is finished, the first violation found is still
     at the least depth. The tests walk every policy both ways and compare the
-    states, transitions, dangers and verdicts.
+    states, transitions, dangers and verdicts. ``fence._partitioned`` shares the
+    walk another way, which pays on fence's own parts: each state is owned by one
+    process (or Ray actor) by its fingerprint, and compact rows travel in batches.
 
 Verdicts
     PROVED: the state space under the bounds was exhausted (or, with
@@ -244,6 +246,11 @@ class Exploration:
     rebuilt: int = 0
     """Worlds the one-process walk rebuilt by replaying their path from the root (``AbstractWalk.replay``,
     ``WorldWalk.replay``): a frontier keeps states as numbers, and Worlds only while they are few."""
+
+    partitioned_on: str | None = None
+    """Where a partitioned walk's owners ran (``fence._partitioned``): "2 processes", "2 Ray actors (ADDRESS)"."""
+    peak_bytes: int = 0
+    """A partitioned walk (``fence._partitioned``): the peak resident memory of its partitions, summed."""
 
     @property
     def states_per_second(self) -> float:
@@ -1038,16 +1045,29 @@ def _judge(
 
         return replayable(World(policy, config, destination_factory, ledger_factory), steps)
 
+    paths = {}
+    for inv in invariants:
+        if inv.name in found:
+            node, action = found[inv.name]
+            last = (action, meant.get(inv.name) if meant else None) if action is not None else None
+            paths[inv.name] = path_to(node, last)
+    verdicts(result, invariants, paths, out_of_budget, destination_factory, ledger_factory)
+
+
+def verdicts(
+    result: Exploration, invariants: tuple[Invariant, ...], paths: dict[str, list[Action]], out_of_budget: str | None,
+    destination_factory=None, ledger_factory=None,
+) -> None:
+    """A verdict per invariant: violated where ``paths`` holds a path to a violation that its replay confirms."""
+    policy, config = result.policy, result.config
     # A violation counts only once its path, replayed from scratch on fresh
     # plug-ins, breaks the invariant again: one that does not is a copy or a merge
     # the plug-ins did not support (or a plug-in that is not deterministic), so
     # the walk stands behind nothing, that cell included.
     violations: dict[str, InvariantResult] = {}
     for inv in invariants:
-        if inv.name in found:
-            node, action = found[inv.name]
-            last = (action, meant.get(inv.name) if meant else None) if action is not None else None
-            actions = path_to(node, last)
+        if inv.name in paths:
+            actions = paths[inv.name]
             counterexample = _counterexample(policy, config, inv, actions, destination_factory, ledger_factory)
             if counterexample is None:
                 result.unfaithful = result.unfaithful or (
@@ -1670,7 +1690,9 @@ def report_text(found: Exploration) -> str:
             f"the user's policy keyed like fence's own: each of its {found.policy_calls_checked} calls was made "
             "twice, with its job's names swapped, and agreed"
         )
-    if found.processes > 1:
+    if found.partitioned_on:
+        lines.append(f"each state owned by one of {found.partitioned_on}, by its fingerprint")
+    elif found.processes > 1:
         lines.append(f"each level shared between {found.processes} processes")
     elif found.one_process_because:
         lines.append(f"in one process: {found.one_process_because}")
@@ -1723,6 +1745,7 @@ def to_json(found: Exploration) -> dict:
         "faithfulness_checks": found.faithfulness_checks,
         "renamings_checked": found.renamings_checked,
         "processes": found.processes,
+        "partitioned_on": found.partitioned_on,
         "one_process_because": found.one_process_because,
         "whole_worlds_because": found.whole_worlds_because,
         "policy_calls_checked": found.policy_calls_checked,

@@ -209,6 +209,8 @@ class StepMemo:
         self.answers: dict[tuple, tuple] = {}
         self.numbers: dict[tuple, int] = {}
         """Each distinct detail seen, and its number (``intern``)."""
+        self.by_number: list[tuple] = []
+        """Each distinct detail at its number: what a partitioned walk sends instead of its own numbers."""
         self.check_every = check_every
         self.hits = 0
         self.checks = 0
@@ -218,6 +220,7 @@ class StepMemo:
         number = self.numbers.get(detail)
         if number is None:
             number = self.numbers[detail] = len(self.numbers)
+            self.by_number.append(detail)
         return number
 
     def details(self, world: World) -> dict[str, int]:

@@ -239,6 +239,11 @@ CASES |= {
     "explore attempts huge": (["explore", "--attempts", "101"], "must be at most 100"),
     "explore jobs over capacity": (["explore", "--capacity", "1", "--jobs", "2"], "must not exceed capacity"),
     "explore unknown policy": (["explore", "--policy", "bogus"], "unknown policy 'bogus'"),
+    "bench engines unknown": (["bench", "explorer", "--engines", "one-process,gpu"], "one-process, partitioned, ray"),
+    "bench engines elsewhere": (["bench", "detection", "--engines", "ray"], "--engines is for 'fence bench explorer'"),
+    "explore ray not an address": (["explore", "--ray", "nonsense"], "is not an address"),
+    # Port 1 of this machine: refused at once (ray.init itself would retry for minutes).
+    "explore ray nobody answers": (["explore", "--ray", "127.0.0.1:1"], "no Ray cluster answers there"),
     "explore out is a file": (["explore", "--out", "{a_file}"], "is a file, not a directory"),
     "explore report is a directory": (["explore", "--report", "{a_dir}"], "is a directory"),
     "explore lease in seconds": (["explore", "--lease-seconds", "1"], "unrecognized arguments: --lease-seconds"),
@@ -373,6 +378,19 @@ def test_bad_input_is_one_line_exit_2_and_the_checkout_is_unchanged(name, files,
     if files["out"].exists():  # made by the up-front check of --out, and then left empty
         assert list(files["out"].iterdir()) == [], list(files["out"].iterdir())
     assert _git_status() == status_before
+
+
+def test_ray_not_installed_is_one_line_naming_the_extra(monkeypatch, capsys):
+    """``--ray`` where Ray is not installed: one line naming pip install 'fence[ray]', exit 2, no traceback."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # importlib finds no Ray then, installed or not
+    monkeypatch.chdir(REPO)
+    status = main(["explore", "--ray", "local"])
+    out, err = capsys.readouterr()
+    assert status == 2, err
+    assert err.strip().splitlines() == [
+        "fence: --ray needs Ray, which is not installed here; install it with: pip install 'fence[ray]'"
+    ]
+    assert "Traceback" not in err + out
 
 
 @pytest.mark.parametrize("name, engine", [
