@@ -72,8 +72,9 @@ def test_a_seeded_policy_is_explored_at_every_default_bound(spec, tmp_path):
 
 def test_a_bound_the_budget_does_not_reach_leaves_the_cell_proved_only_within_the_others(monkeypatch, tmp_path):
     # A user's destination is walked as whole worlds; 2 units x 2 jobs x 2 attempts
-    # takes it far longer than this budget, one unit and two attempts to horizon 2 far less.
-    monkeypatch.setattr(_checking, "EXPLORER_CHECK_BUDGET", 20.0)
+    # takes it far longer than this budget (over 100 s), one unit and two attempts to
+    # horizon 2 far less (under a second).
+    monkeypatch.setattr(_checking, "EXPLORER_CHECK_BUDGET", 8.0)
     small = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)  # every danger reached
     checked = check(
         "abandon-fenced", destination=f"{TESTS / 'user_plugins' / 'plain.py'}:PlainSubclass", profile="quick",
