@@ -35,6 +35,7 @@ def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_d
     shipped_duplicate_replays("procrastinate", shipped, postgres_url)
 
 
+@pytest.mark.slow  # 14 s; in every run, celery's guarded proof takes the same path (guarded_row_proved)
 def test_the_explorer_proves_the_guarded_row_without_failures_and_reaches_every_danger(guarded):
     """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND with workers that never fail: nothing
     broken, every danger reached, copies faithful. With failures too (the next test)."""
