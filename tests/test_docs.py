@@ -86,7 +86,7 @@ def _run(page_commands: list[Command], scratch: Path) -> list[tuple[Command, int
     """Run the commands in one bash, each from the root; return each one's status and the output."""
     script = []
     for command in page_commands:
-        script += [f'cd "$FENCE_DOCS_ROOT"', command.text, f'echo "{MARK} {command.line} $?"']
+        script += ['cd "$FENCE_DOCS_ROOT"', command.text, f'echo "{MARK} {command.line} $?"']
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "FENCE_PROFILE"))}
     environment.update(TMPDIR=str(scratch), FENCE_DOCS_ROOT=str(ROOT), PYTHONPATH=str(ROOT))
     environment["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{environment.get('PATH', '')}"
