@@ -89,6 +89,15 @@ def step_code(step: tuple) -> bytes:
     return hashlib.blake2b(marshal.dumps((repr(action), meant), 2), digest_size=CODE_BYTES).digest()
 
 
+def _content_number(numbers: dict[tuple, int], by_number: dict[int, tuple], value: tuple) -> int:
+    """``value``'s number, its content's fingerprint (the same in every process), kept both ways."""
+    number = numbers.get(value)
+    if number is None:
+        number = numbers[value] = of_plain(value)
+        by_number[number] = value
+    return number
+
+
 class ContentNumbers(PartNumbers):
     """Key parts numbered by their content's fingerprint: the same number in every process."""
 
@@ -97,11 +106,7 @@ class ContentNumbers(PartNumbers):
         self.parts: dict[int, tuple] = {}  # type: ignore[assignment]  # indexed by number, as the list is
 
     def __call__(self, part: tuple) -> int:
-        number = self.numbers.get(part)
-        if number is None:
-            number = self.numbers[part] = of_plain(part)
-            self.parts[number] = part
-        return number
+        return _content_number(self.numbers, self.parts, part)
 
 
 class ContentDetails(StepMemo):
@@ -112,11 +117,7 @@ class ContentDetails(StepMemo):
         self.by_number: dict[int, tuple] = {}  # type: ignore[assignment]
 
     def intern(self, detail: tuple) -> int:
-        number = self.numbers.get(detail)
-        if number is None:
-            number = self.numbers[detail] = of_plain(detail)
-            self.by_number[number] = detail
-        return number
+        return _content_number(self.numbers, self.by_number, detail)
 
 
 class OwnedWalk(AbstractWalk):
