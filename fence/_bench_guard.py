@@ -673,7 +673,7 @@ def chosen(names: Sequence[str]) -> tuple[list[QueueRunner], list[str]]:
 def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: dict[str, str | None],
           command: str, out: Path, work_ms: float = 0.0) -> int:
     """Every chosen queue, unguarded then guarded, ``repeat`` times; the medians into ``out``."""
-    from fence._targets_cli import servers
+    from fence.targets.replay import servers
 
     runners, missing = chosen(queues)
     if not runners:

@@ -8,7 +8,7 @@ regression test and (in the real-clock harness) a script.
 A counterexample found on a target (a real job system, ``fence.targets``)
 also records the target (``"target"``: its row, the spec it is found again at,
 its storage's spec and the server it needs). Such a file is the real system's
-and replays only there (``load_target``, ``fence replay``): never on fence's
+and replays only there (``fence.targets.loading.load_target_run``, ``fence replay``): never on fence's
 model, where a bug of the system's own would not show. Its files are named by
 the row (``ROW__POLICY__INVARIANT``), so two targets that claim one policy
 write side by side.
@@ -205,7 +205,7 @@ def remove_stale(directory: Path, policy: str, written: list[Path], row: str | N
     return removed
 
 
-def _read(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -239,7 +239,7 @@ def load_plugins(path: Path) -> tuple:
     """The destination and ledger factories a counterexample was found with (None: fence's own)."""
     from fence._plugins import load_destination, load_ledger
 
-    specs = _plugin_specs(path, _read(path))
+    specs = _plugin_specs(path, read_json(path))
     destination = load_destination(specs["destination"]) if "destination" in specs else None
     ledger = load_ledger(specs["ledger"]) if "ledger" in specs else None
     return destination, ledger
@@ -251,11 +251,11 @@ def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[Jan
     A counterexample found with a user's plug-ins names their import specs
     (``"plugins"``); the policy is loaded from its spec (see ``load_plugins`` for
     the destination and ledger). A target's counterexample is refused: it
-    replays on its real system only (``load_target``).
+    replays on its real system only (``fence.targets.loading.load_target_run``).
     """
-    data = _read(path)
+    data = read_json(path)
     if "target" in data:
-        record = _target_record(path, data)
+        record = target_record(path, data)
         raise BadInput(
             f"{path}: found on {record.name} ({record.server or 'a server you name'}), not on fence's model: it "
             f"replays on the real system only, with fence replay {path}"
@@ -269,13 +269,13 @@ def load(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[Jan
             policy = load_policy(specs["policy"])
         else:
             policy = policies[data["policy"]]
-        config, invariant, actions, drains = _run_of(data)
+        config, invariant, actions, drains = run_of(data)
     except (KeyError, TypeError, ValueError) as error:
         raise BadInput(f"{path}: corrupt fence counterexample ({type(error).__name__}: {error})") from None
     return policy, config, invariant, actions, drains
 
 
-def _run_of(data: dict) -> tuple[ModelConfig, str, list[Action], list[bool]]:
+def run_of(data: dict) -> tuple[ModelConfig, str, list[Action], list[bool]]:
     """The configuration, invariant, actions and drain marks of a file's JSON (KeyError, TypeError, ValueError)."""
     config = ModelConfig(**data["config"])
     problem = config.problem()
@@ -296,10 +296,10 @@ def _run_of(data: dict) -> tuple[ModelConfig, str, list[Action], list[bool]]:
 
 def is_target(path: Path) -> bool:
     """Was the counterexample at ``path`` found on a target (a real system)? BadInput if it is no counterexample."""
-    return "target" in _read(path)
+    return "target" in read_json(path)
 
 
-def _target_record(path: Path, data: dict) -> TargetRecord:
+def target_record(path: Path, data: dict) -> TargetRecord:
     raw = data.get("target")
     fields = ("row", "spec", "storage", "server")
     if (not isinstance(raw, dict) or set(raw) != set(fields) or not isinstance(raw["row"], str)
@@ -307,60 +307,6 @@ def _target_record(path: Path, data: dict) -> TargetRecord:
             or not all(raw[name] is None or isinstance(raw[name], str) for name in ("spec", "server"))):
         raise BadInput(f"{path}: corrupt fence counterexample (\"target\" must hold row, spec, storage and server)")
     return TargetRecord(**raw)
-
-
-@dataclass(frozen=True)
-class TargetRun:
-    """A target's counterexample, read back: the target found again, and the run to replay on it."""
-
-    target: object
-    """The ``fence.targets.Target`` (loaded again from its spec, or the built-in row of that name)."""
-    record: TargetRecord
-    config: ModelConfig
-    invariant: str
-    actions: list[Action]
-    drains: list[bool]
-
-    @property
-    def chosen(self) -> list[Action]:
-        """The steps the run chose (the drain that ends it is the replay's own)."""
-        return [action for action, drain in zip(self.actions, self.drains) if not drain]
-
-
-def load_target(path: Path) -> TargetRun:
-    """Read a target's counterexample and find its target again; BadInput in one line if either fails."""
-    from fence._plugins import absolute, load_target as load_target_spec
-    from fence.targets import TARGETS
-
-    data = _read(path)
-    if "target" not in data:
-        raise BadInput(f"{path}: found on fence's model, not on a target; fence replay {path} plays it on threads")
-    record = _target_record(path, data)
-    from fence._plugins import UNIMPORTABLE
-
-    if record.spec is not None and record.spec.startswith(UNIMPORTABLE):
-        raise BadInput(f"{path}: found on target {record.row}, passed to fence.testing as an object fence cannot "
-                       f"find again ({record.spec.removeprefix(UNIMPORTABLE)}); define the Target at a module's top "
-                       "level, or replay it from the test that found it")
-    if record.spec is not None:
-        target = load_target_spec(record.spec)
-    elif record.row in TARGETS:
-        target = TARGETS[record.row]
-    else:
-        raise BadInput(f"{path}: found on target {record.row!r}, which is no built-in row ({', '.join(TARGETS)}) "
-                       "and the file names no spec to load it from")
-    if target.row != record.row or absolute(target.storage) != record.storage:
-        raise BadInput(f"{path}: found on target {record.row} with storage {record.storage}; "
-                       f"{record.spec or 'the built-in row'} is now {target.row} with storage "
-                       f"{absolute(target.storage)}: re-run the check that wrote the file")
-    if data.get("policy") != target.policy.name:
-        raise BadInput(f"{path}: found on {record.name} claiming the policy {data.get('policy')!r}; it now claims "
-                       f"{target.policy.name!r}: re-run the check that wrote the file")
-    try:
-        config, invariant, actions, drains = _run_of(data)
-    except (KeyError, TypeError, ValueError) as error:
-        raise BadInput(f"{path}: corrupt fence counterexample ({type(error).__name__}: {error})") from None
-    return TargetRun(target, record, config, invariant, actions, drains)
 
 
 def replay(path: Path, policies: dict[str, JanitorPolicy] = POLICIES) -> tuple[World, str | None]:

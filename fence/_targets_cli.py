@@ -20,7 +20,7 @@ MODULE:ATTR|FILE.py:ATTR``, a ``fence.targets.Target``); each row names its
 report line and its counterexample files (``ROW__POLICY__INVARIANT``, into
 ``--out DIR``, else a fresh temporary directory), and each file records the
 target, so that ``fence replay FILE`` replays it on the real system
-(``replay_target``): the one replay loop (``fence._minimise.play``) on a world
+(``fence.targets.replay.replay_target``): the one replay loop (``fence._minimise.play``) on a world
 made from the target's storage, never on fence's model. A row whose longest
 Hypothesis run outlasted half its adapter's tick (``Target.tick_seconds``, or
 its ledger's ``time``) is told so under it: the adapter's model time no longer holds.
@@ -41,13 +41,11 @@ beyond the first bound found the plug-ins cannot be explored faithfully).
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from fence import _counterexample
 from fence._arguments import positive_seconds
 from fence._errors import BadInput
 from fence._output import add_options, command_line, directory, in_evidence, precheck
@@ -98,7 +96,8 @@ def server_options(parser) -> None:
 
 def chosen_targets(args) -> list:
     """The rows ``--row`` and ``--target`` name (neither: every built-in row), each row name once."""
-    from fence._plugins import absolute, load_storage, load_target
+    from fence._plugins import absolute
+    from fence.targets.loading import load_storage, load_target
     from fence.targets import TARGETS
 
     rows = [(TARGETS[name], None) for name in dict.fromkeys(args.row or ())]
@@ -120,35 +119,9 @@ def chosen_targets(args) -> list:
     return rows
 
 
-@contextlib.contextmanager
-def servers(given: dict[str, str | None]):
-    """``url(server)``: the URL of that server, given, from the environment, or started here (and stopped after).
-
-    Only the servers asked for are started; each is named once on stderr.
-    """
-    from fence.targets import postgres, redis
-
-    known = {
-        "postgres": (postgres, "PostgreSQL", "a private cluster started by scripts/postgres.sh"),
-        "redis": (redis, "Redis", "a private server started by scripts/redis.sh"),
-    }
-    with contextlib.ExitStack() as stack:
-        urls: dict[str, tuple[str, str]] = {}
-
-        def url(server: str) -> tuple[str, str]:
-            """(url, what it is) for ``server``."""
-            if server not in urls:
-                start, name, private = known[server]
-                found, ours = stack.enter_context(start(given.get(server)))
-                urls[server] = found, f"{name} ({private})" if ours else f"{name} at {found}"
-                print(f"{name}: {private if ours else found}", file=sys.stderr, flush=True)
-            return urls[server]
-
-        yield url
-
-
 def cmd_targets(args) -> int:
     from fence.targets import EXPLORER_DEEP_BUDGET, TARGET_PROFILES, judge_target
+    from fence.targets.replay import servers, versions_of, write_target_counterexamples
 
     # Checked before the work (fence._output): a file that cannot be written is one line now.
     if args.record and args.report:
@@ -174,7 +147,7 @@ def cmd_targets(args) -> int:
                                       faithfulness=profile.faithfulness, deeper=profile.bounds[1:],
                                       deeper_budget=args.explorer_budget or EXPLORER_DEEP_BUDGET, failures=True)
                 replays = _replay_findings(target, url, report)
-                versions = _versions(target, url)
+                versions = versions_of(target, url)
             except BaseException:
                 print(file=sys.stderr, flush=True)  # the one-line refusal (or Ctrl-C's line) starts a line of its own
                 raise
@@ -202,110 +175,13 @@ def cmd_targets(args) -> int:
     return _status(found)
 
 
-def record_of(target, spec: str | None):
-    """What a counterexample found on ``target`` records of it (``spec``: where it is found again; None: built in)."""
-    from fence._counterexample import TargetRecord
-    from fence._plugins import absolute
-
-    return TargetRecord(target.row, absolute(spec), absolute(target.storage), target.server)
-
-
-def write_target_counterexamples(report, target, spec: str | None, out: Path) -> list[Path]:
-    """Each violated cell's counterexample into ``out``, named by the row, recording the target.
-
-    The row's files from an earlier run that this run did not write are removed
-    (a cell that now holds has no counterexample); another row's are never touched.
-    """
-    record = record_of(target, spec)
-    mine: list[Path] = []
-    for cell in report.cells.values():
-        if cell.counterexample is not None:
-            cell.counterexample = replace(cell.counterexample, target=record)
-            mine.extend(_counterexample.write(cell.counterexample, out))
-    _counterexample.remove_stale(out, target.policy.name, mine, target.row)
-    return mine
-
-
-def _versions(target, url: str) -> dict[str, str]:
-    """The versions the storage reports (``versions()``), else the installed version of the target's system."""
-    storage = target.open(url)
-    try:
-        if callable(getattr(storage, "versions", None)):
-            return storage.versions()
-    finally:
-        storage.close()
-    from importlib import metadata
-
-    try:
-        return {target.system: metadata.version(target.system)}
-    except metadata.PackageNotFoundError:
-        return {}
-
-
 # -- fence replay FILE, for a counterexample found on a target ----------------------------------
-@dataclass(frozen=True)
-class TargetReplay:
-    """A target's counterexample replayed on its real system: where, the steps taken, what broke."""
-
-    row: str
-    invariant: str
-    system: str
-    """The system it replayed on, in words: the library and its version, the server and its URL."""
-    steps: tuple
-    """The world's steps (``fence._world.Step``), the drain's included."""
-    violation: str | None
-    broke_at: int | None
-    """The chosen step after which the invariant broke (a teardown invariant: the last)."""
-    not_enabled: str | None = None
-    """Why the run stopped short: a step the real system did not enable at its turn."""
-
-
-def replay_target(path: Path, postgres: str | None = None, redis: str | None = None) -> TargetReplay:
-    """Replay a target's counterexample on the real system it was found on (never on fence's model).
-
-    The target is found again from the file (its spec, or the built-in row), its
-    server taken from ``postgres``/``redis`` or the environment, or started by the
-    project's scripts; the run goes through the one replay loop
-    (``fence._minimise.play``) on a world made from the target's storage.
-    """
-    from fence._invariants import BY_NAME
-    from fence._minimise import NotEnabled, play
-
-    run = _counterexample.load_target(Path(path))
-    target = run.target
-    given = {"postgres": postgres, "redis": redis}
-    server = target.server
-    if target.server_problem():
-        named = [kind for kind, url in given.items() if url]
-        if len(named) != 1:
-            raise BadInput(f"{path}: target {target.row} {target.server_problem().split(':')[0]}: pass its URL with "
-                           "--postgres URL or --redis URL")
-        server = named[0]
-    with servers(given) as url_of:
-        url, where = url_of(server)
-        versions = _versions(target, url)
-        system = ", ".join(f"{name} {value}" for name, value in versions.items()) or target.system
-        storage = target.open(url)
-        try:
-            world = World(target.policy, run.config, storage.destination_factory, storage.ledger_factory)
-            try:
-                found = play(world, run.chosen, BY_NAME[run.invariant])
-                stopped = None
-            except NotEnabled as error:
-                found, stopped = None, str(error)
-            steps = tuple(world.trace)
-        finally:
-            storage.close()
-    return TargetReplay(target.row, run.invariant, f"{system} on {where}", steps,
-                        found.message if found else None, len(found.actions) if found else None, stopped)
-
-
 def cmd_replay_target(args) -> int:
     """``fence replay FILE`` for a target's counterexample: 0 when it broke again on the real system, else 1."""
     if args.tick is not None:
         raise BadInput(f"--tick plays fence's model on threads; {args.file} was found on a target and replays on "
                        "its real system only: drop --tick")
-    from fence._invariants import BY_NAME
+    from fence.targets.replay import replay_target
 
     result = replay_target(Path(args.file), args.postgres, args.redis)
     inv = BY_NAME[result.invariant]

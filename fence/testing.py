@@ -306,7 +306,7 @@ def check_target(
     named by the row and record the target, so that ``fence replay FILE``
     replays them on the real system (``replay_target`` here).
     """
-    from fence._targets_cli import servers, write_target_counterexamples
+    from fence.targets.replay import servers, write_target_counterexamples
     from fence._verdicts import profile_settings
     from fence.targets import TARGET_BOUND, TARGET_PROFILES, judge_target
 
@@ -334,7 +334,8 @@ def check_target(
 
 def _target(given) -> tuple:
     """The target, and the spec a counterexample records for it (None: a built-in row, found by its name)."""
-    from fence._plugins import absolute, checked_target, load_target, target_spec_of
+    from fence._plugins import absolute
+    from fence.targets.loading import checked_target, load_target, target_spec_of
     from fence.targets import TARGETS
 
     if isinstance(given, str):
@@ -359,9 +360,10 @@ def replay_target(path: str | Path, url: str | None = None):
     fence's model. Returns the replay: ``violation`` (None: it did not break
     again), ``broke_at``, ``steps``, and ``system`` (which system it ran on).
     """
-    from fence._targets_cli import replay_target as replay
+    from fence.targets.loading import load_target_run
+    from fence.targets.replay import replay_target as replay
 
-    run = _counterexample.load_target(Path(path))
+    run = load_target_run(Path(path))
     server = run.target.server
     if url is not None and run.target.server_problem():
         server = "redis" if url.startswith(("redis://", "rediss://", "unix://")) else "postgres"

@@ -150,7 +150,7 @@ def test_check_target_takes_a_spec_or_the_target_and_its_failure_gives_the_repla
 @pytest.mark.redis
 def test_check_target_on_the_target_object_records_where_it_is_found_again(redis_url, tmp_path):
     """A Target passed as an object is recorded by the module attribute it is found at, so replay finds it."""
-    from fence._plugins import load_target
+    from fence.targets.loading import load_target
 
     desk = load_target(f"{DESK}:FORGETFUL_DESK")
     checked = check_target(desk, redis_url, out=tmp_path)
@@ -181,7 +181,7 @@ def test_a_target_built_inside_a_function_is_checked_but_its_files_say_they_cann
     """A Target found at no module's top level: check_target judges it; its file and failure say why replay cannot."""
     from dataclasses import replace
 
-    from fence._plugins import load_target
+    from fence.targets.loading import load_target
 
     local = replace(load_target(f"{DESK}:FORGETFUL_DESK"), row="local-desk")
     checked = check_target(local, redis_url, out=tmp_path)
@@ -239,7 +239,7 @@ def test_a_shipped_rows_tick_is_heard_from_its_ledgers_time(row, request):
 
 def test_a_storage_named_as_a_module_beside_the_targets_file_imports(tmp_path, monkeypatch):
     """A target file's storage given as MODULE:ATTR is found beside the file, as Python runs a script."""
-    from fence._plugins import load_storage, load_target
+    from fence.targets.loading import load_storage, load_target
 
     (tmp_path / "queue_beside_the_row.py").write_text("class Storage:\n    pass\n")
     (tmp_path / "row.py").write_text(

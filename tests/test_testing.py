@@ -103,7 +103,7 @@ def test_names_that_are_not_invariants_or_verdicts_are_refused(naive):
 def test_a_policy_class_is_recorded_so_that_fence_replay_loads_it(tmp_path):
     checked = check(Reconcile, profile="quick", out=tmp_path, configs=[ModelConfig(1, 1)], explorer_bounds=[SMALL_BOUND])
     checked.assert_violated("no_duplicate_writes")
-    data = _counterexample._read(checked.replay_file("no_duplicate_writes"))
+    data = _counterexample.read_json(checked.replay_file("no_duplicate_writes"))
     assert data["plugins"] == {"policy": "fence._policies:Reconcile"}
     policy, *_ = _counterexample.load(checked.replay_file("no_duplicate_writes"))
     assert policy == Reconcile()

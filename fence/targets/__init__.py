@@ -126,7 +126,7 @@ class Target:
 
     def problem(self) -> str | None:
         """Why this cannot be a target row (one line), or None."""
-        from fence._plugins import storage_spec_problem
+        from fence.targets.loading import storage_spec_problem
         from fence._policies import policy_problem
 
         if not isinstance(self.row, str) or not self.row.strip():
@@ -154,7 +154,7 @@ class Target:
 
     def open(self, url: str):
         """This target's storage on the server at ``url``: every world made from it starts empty."""
-        from fence._plugins import load_storage
+        from fence.targets.loading import load_storage
 
         return load_storage(self)(url, **self.options)
 
