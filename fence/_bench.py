@@ -37,7 +37,7 @@ from fence._invariants import INVARIANTS, required_dangers
 from fence._policies import POLICIES
 from fence._invariants import BY_NAME
 from fence._verdicts import (
-    DEFAULT_CONFIGS, Verdict, _chosen_actions, _run_once, load_expected, profile_settings, survey_config,
+    DEFAULT_CONFIGS, Verdict, chosen_actions, run_once, load_expected, profile_settings, survey_config,
 )
 from fence._world import ModelConfig
 
@@ -163,13 +163,13 @@ def _one_cell_seed(arguments):
     started = time.perf_counter()
     for config in DEFAULT_CONFIGS:
         run = profile_settings(examples, steps, derandomize=False)
-        _machine, violation = _run_once(policy, config, [inv], run, seed, None)
+        _machine, violation = run_once(policy, config, [inv], run, seed, None)
         if violation is not None:
             break
     else:
         return policy_name, invariant_name, seed, None
     found_at = time.perf_counter()
-    found = _chosen_actions(violation.trace)
+    found = chosen_actions(violation.trace)
     minimised = minimise(policy, config, found, inv)
     minimised_at = time.perf_counter()
     best = shortest(policy, config, inv, max_depth=len(minimised.actions), max_states=None, time_budget=120)
@@ -186,7 +186,7 @@ def _one_cell_seed(arguments):
     if hypothesis_shrink:
         shrink_started = time.perf_counter()
         run = profile_settings(examples, steps, derandomize=False, shrink=True)
-        _machine, shrunk = _run_once(policy, config, [inv], run, seed, None)
+        _machine, shrunk = run_once(policy, config, [inv], run, seed, None)
         figures["hypothesis_shrink_seconds"] = time.perf_counter() - shrink_started
         figures["hypothesis_steps"] = shrunk.rule_steps if shrunk is not None else None
     return policy_name, invariant_name, seed, figures

@@ -496,9 +496,9 @@ def cmd_db(args) -> int:
         print(f"{args.url}: fence's tables are empty (schema version {SCHEMA_VERSION})")
         return 0
     if args.url.startswith("sqlite://"):
-        from fence.backends import _sqlite_path
+        from fence.backends import sqlite_path
 
-        path = _sqlite_path(args.url)
+        path = sqlite_path(args.url)
         if not path.is_file():  # opening it would create it: check is not the command that makes one
             what = "is not a file" if path.exists() else "does not exist"
             raise BadInput(f"{args.url}: the database file {path} {what}; 'fence db reset {args.url}' creates one")

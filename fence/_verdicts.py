@@ -142,7 +142,7 @@ def profile_settings(
     )
 
 
-def _run_once(
+def run_once(
     policy: JanitorPolicy,
     config: ModelConfig,
     checked: list[Invariant],
@@ -172,7 +172,7 @@ def _run_once(
     return machine, None
 
 
-def _chosen_actions(trace) -> list:
+def chosen_actions(trace) -> list:
     return [step.action for step in trace if not step.drain]
 
 
@@ -218,7 +218,7 @@ def survey_config(
     started = time.perf_counter()
     survey = Survey()
     try:
-        machine, _ = _run_once(
+        machine, _ = run_once(
             policy, config, list(INVARIANTS), run_settings, seed, destination_factory, survey, ledger_factory,
             wrap_machine,
         )
@@ -372,7 +372,7 @@ def _replays_within(example, config, inv, policy, destination_factory, ledger_fa
     if example is None or example.config.capacity != config.capacity or example.config.jobs != config.jobs:
         return False
     try:
-        replayed = replay_actions(policy, config, _chosen_actions(example.steps), inv, destination_factory, ledger_factory)
+        replayed = replay_actions(policy, config, chosen_actions(example.steps), inv, destination_factory, ledger_factory)
     except Exception:
         return False
     return replayed is not None
@@ -423,7 +423,7 @@ def _counterexample_for(
     ``EXPLORER_BUDGET_SECONDS`` it replaces the minimised one (both lengths kept).
     """
     inv = violation.invariant
-    found = _chosen_actions(violation.trace)
+    found = chosen_actions(violation.trace)
     try:
         best = minimise(policy, config, found, inv, destination_factory, ledger_factory)
         message, steps = best.message, tuple(best.world.trace)
@@ -432,12 +432,12 @@ def _counterexample_for(
     hypothesis_steps = None
     if hypothesis_shrink:
         shrinking = settings(run_settings, phases=list(run_settings.phases) + [Phase.shrink])
-        _machine, shrunk = _run_once(policy, config, [inv], shrinking, seed, destination_factory, None, ledger_factory)
+        _machine, shrunk = run_once(policy, config, [inv], shrinking, seed, destination_factory, None, ledger_factory)
         result.runs += 1
         if shrunk is not None:
             hypothesis_steps = shrunk.rule_steps
             try:
-                other = minimise(policy, config, _chosen_actions(shrunk.trace), inv, destination_factory, ledger_factory)
+                other = minimise(policy, config, chosen_actions(shrunk.trace), inv, destination_factory, ledger_factory)
             except ValueError:
                 other = None
             if other is not None and (best is None or len(other.actions) < len(best.actions)):

@@ -82,8 +82,7 @@ class Guard:
     @classmethod
     def open(cls, url: str, *, namespace: str = "fence_guard") -> Guard:
         """A guard whose destination is fence's tables at ``url`` (PostgreSQL), in schema ``namespace``."""
-        from fence.backends import open_store
-        from fence.backends._sql import SqlDestination
+        from fence.backends import SqlDestination, open_store
 
         store = open_store(url, namespace=namespace)
         if store is None:

@@ -24,7 +24,7 @@ from fence._verdicts import (
     DEFAULT_CONFIGS,
     EXPECTED_FILE,
     Verdict,
-    _run_once,
+    run_once,
     compare,
     judge,
     load_expected,
@@ -76,7 +76,7 @@ def test_hypothesis_finds_the_naive_duplicate_and_it_shrinks_to_at_most_12_steps
     cannot delete two non-adjacent steps at once); fence's minimiser, replaying
     the same world, takes that to at most 12. Both stories are printed.
     """
-    _machine, found = _run_once(
+    _machine, found = run_once(
         POLICIES["naive"],
         ModelConfig(),
         [BY_NAME["no_duplicate_writes"]],

@@ -103,7 +103,7 @@ class Backend:
         self.close()
 
 
-def _sqlite_path(url: str) -> Path:
+def sqlite_path(url: str) -> Path:
     path = url[len("sqlite://"):]
     if not path or path.endswith("/") or path.startswith(":memory:"):
         raise BackendError(f"{url!r} names no database file; {URL_HELP}")
@@ -122,7 +122,7 @@ def open_store(url: str, *, reset: bool = False, namespace: str | None = None) -
     if url == "memory:":
         return None
     if url.startswith("sqlite://"):
-        path = _sqlite_path(url)
+        path = sqlite_path(url)
         if namespace:
             path = path.with_name(f"{path.stem}.{namespace}{path.suffix}")
         return SqlStore.sqlite(url, path, reset=reset)
