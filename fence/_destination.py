@@ -163,6 +163,9 @@ def judge_commit(
 class TicketService(CopyOnWrite):
     """fence's own in-memory destination, with the guards switched by ``Guards``."""
 
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+
     def __init__(self, guards: Guards = NO_GUARDS) -> None:
         self.guards = guards
         self._effects: list[Effect] = []

@@ -180,6 +180,9 @@ def check_owner(key: str, owner: str, move: Move, current: Reservation | None) -
 class Ledger(CopyOnWrite):
     """N capacity units, and every reservation ever made against them."""
 
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+
     def __init__(self, capacity: int, *, slots: bool = False) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be a whole number of units >= 1, got {capacity!r}")

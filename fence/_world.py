@@ -59,9 +59,14 @@ from fence._policies import FENCE_POLICY_TYPES, Decision, Evidence, JanitorPolic
 JOB_DETAIL = "detail:"
 """``World.job_memo`` keeps a job's detail (``fence._transitions``) under this prefix and its name."""
 
-COMPLETE_SNAPSHOTS: set[type] = {TicketService, Ledger}
-"""fence's own ledgers and destinations, whose ``snapshot()`` holds everything that decides
-their next answers (fence.backends adds its SQL ones). Exact types: a subclass may add state."""
+def snapshot_is_complete(part) -> bool:
+    """Does ``part`` (a ledger or destination) say that its ``snapshot()`` holds all of its state?
+
+    fence's own ledgers and destinations say so in their class body
+    (``SNAPSHOT_IS_COMPLETE = True``). Only the part's own class counts, not an
+    inherited flag: a user's subclass may add state its parent's snapshot leaves out.
+    """
+    return vars(type(part)).get("SNAPSHOT_IS_COMPLETE", False) is True
 
 
 @dataclass(frozen=True)
@@ -870,7 +875,7 @@ class World:
 
     def snapshots_complete(self) -> bool:
         """Are the ledger and destination fence's own, whose snapshots hold all of their state?"""
-        return type(self.destination) in COMPLETE_SNAPSHOTS and type(self.ledger) in COMPLETE_SNAPSHOTS
+        return snapshot_is_complete(self.destination) and snapshot_is_complete(self.ledger)
 
     def fast_copy_is_faithful(self) -> bool:
         """Can ``clone`` copy this world field by field (fence's own parts only)?

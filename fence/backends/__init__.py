@@ -32,7 +32,6 @@ from typing import Any, Iterator
 from fence._destination import Guards, TicketService
 from fence._errors import BackendError
 from fence._ledger import Ledger, Move, Reservation
-from fence._world import COMPLETE_SNAPSHOTS
 from fence._restore import Restorer
 from fence.backends._restoring import RestorableSqlDestination, RestorableSqlLedger
 from fence.backends._sql import SCHEMA_VERSION, SqlDestination, SqlLedger, SqlStore
@@ -48,6 +47,9 @@ URL_HELP = "use memory:, sqlite:///ABSOLUTE/PATH.db or postgresql://USER@HOST:PO
 class MemoryLedger(Ledger):
     """fence.Ledger with the backend extras: ``now=None`` reads this process's clock,
     and ``claim_expired`` (atomic only because one process owns the ledger)."""
+
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
 
     def __init__(self, capacity: int, clock=time.time) -> None:
         super().__init__(capacity)
@@ -72,10 +74,6 @@ class MemoryLedger(Ledger):
 
     def claimed_by(self, reservation_id: str) -> str | None:
         return self._claimed_by.get(reservation_id)
-
-
-# The models may trust these snapshots to hold all of their state (see World.reached_fixed_point).
-COMPLETE_SNAPSHOTS.update({MemoryLedger, SqlLedger, SqlDestination, RestorableSqlLedger, RestorableSqlDestination})
 
 
 @dataclass

@@ -103,6 +103,9 @@ def _literal(text: str) -> str:
 class RestorableSqlLedger(Restorable, SqlLedger):
     """``SqlLedger`` whose copies are images of its tables (see the module doc)."""
 
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+
     SHARED = ("store", "_tables")
 
     def __init__(self, store: SqlStore, capacity: int, restorer: Restorer) -> None:
@@ -144,6 +147,9 @@ class RestorableSqlLedger(Restorable, SqlLedger):
 
 class RestorableSqlDestination(Restorable, SqlDestination):
     """``SqlDestination`` whose copies are images of its tables (see the module doc)."""
+
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
 
     SHARED = ("store", "guards", "_tables")
 

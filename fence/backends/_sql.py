@@ -319,6 +319,9 @@ def _reservation(row: tuple) -> Reservation:
 class SqlLedger:
     """fence.Ledger's interface on a SQL store (quota semantics; no ``slots``)."""
 
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+
     slots = False
 
     def __init__(self, store: SqlStore, capacity: int) -> None:
@@ -486,6 +489,9 @@ class SqlLedger:
 # -- the destination ---------------------------------------------------------------------
 class SqlDestination:
     """fence.Destination on a SQL store: effects with a UNIQUE fence, and an attempts witness."""
+
+    SNAPSHOT_IS_COMPLETE = True
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
 
     def __init__(self, store: SqlStore, guards: Guards) -> None:
         store.setting("guards", guards.describe())
