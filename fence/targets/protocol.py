@@ -356,8 +356,9 @@ class TargetLedger(Restorable):
         self._count_by_key[key] = self._count_by_key.get(key, 0) + 1
 
     def _finished(self, job: object, move: Move) -> None:
-        """Remember that ``move`` finished ``job`` (see ``_confirmed`` and ``_finished_state``)."""
-        self._finished_by[job] = move
+        """Remember that ``move`` finished ``job`` (see ``_confirmed`` and ``_finished_state``); the first
+        such move stays (a system that refuses nothing may take a second one that changes nothing of it)."""
+        self._finished_by.setdefault(job, move)
 
     def _confirmed(self, job: object) -> ReservationState:
         """A job the system reports done: ``confirmed_existing`` if the move that finished it said the effect
