@@ -189,6 +189,7 @@ class ArqLedger(TargetLedger):
         self._finish(pick.job_id, move, success=True)  # the recovery's task returns; arq finishes the job
         if move is Move.SETTLE_UNUSED:
             self._enqueue(pick.key, fresh_job_id(pick.job_id))
+        self._failures_caught.discard(pick.reservation_id)
 
 
 def canonical_image(image: RedisImage) -> RedisImage:

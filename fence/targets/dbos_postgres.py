@@ -226,13 +226,15 @@ class DbosLedger(TargetLedger):
     def _settle(self, claim: _Claim, move: Move) -> None:
         """``recover_dead_executor``'s settle: re-enqueued, or SUCCESS under the dead claim's token."""
         if move is Move.SETTLE_UNUSED:
-            return self._release(claim)
-        self._writing()
-        sys_db = self._session.sys_db
-        refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=_value(sys_db, claim.key),
-                                                      owner_xid=claim.token),
-                       f"{move.value} on {claim.reservation_id}: the workflow is no longer PENDING under its claim")
-        self._finished(claim.key, move)
+            self._release(claim)
+        else:
+            self._writing()
+            sys_db = self._session.sys_db
+            refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=_value(sys_db, claim.key),
+                                                          owner_xid=claim.token),
+                           f"{move.value} on {claim.reservation_id}: the workflow is no longer PENDING under its claim")
+            self._finished(claim.key, move)
+        self._failures_caught.discard(claim.reservation_id)
 
     def snapshot(self) -> tuple:
         """The workflows as far as they decide an answer (``ROW``), which steps are checkpointed (output or

@@ -259,7 +259,8 @@ class TargetLedger(Restorable):
 
     def _settle(self, record: TakenReservation, move: Move) -> None:
         """Guarded: the recovery's settle of ``record`` (``SETTLE_EXISTING`` or ``SETTLE_UNUSED``) with the
-        system's calls, for a job the recovery holds or its guard's wrapper caught; ``IllegalMove`` to refuse."""
+        system's calls, for a job the recovery holds or its guard's wrapper caught; ``IllegalMove`` to refuse.
+        A caught failure stays in ``failures_caught()`` unless the subclass discards it here."""
         raise IllegalMove(f"{type(self).__name__} has no settle")
 
     def _state(self, record: TakenReservation) -> ReservationState:
@@ -452,7 +453,6 @@ class TargetLedger(Restorable):
                 self._release(record)
         elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED) and self.guarded:
             self._settle(record, move)
-            self._failures_caught.discard(reservation_id)
         else:
             raise IllegalMove(f"{move.value} on {reservation_id}: not a move of {self.JANITOR} "
                               f"({'guarded' if self.guarded else 'as shipped'})")
