@@ -131,7 +131,7 @@ class _Claim:
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
-    JOB = "key"
+    JOB, EITHER_RECOVERY = "key", True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)

@@ -139,6 +139,8 @@ from fence.backends import ModelStorage
 T = TypeVar("T")
 CONFIRMS = (Move.CONFIRM, Move.CONFIRM_EXISTING)
 """The owner's moves: a worker's completion, reporting a new effect or one that existed."""
+EXPIRIES = (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD)
+"""The janitor's moves on an expired lease: the system's own recovery, or the guard's hold."""
 EXISTING_MOVES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
 """The moves after which a reservation is ``confirmed_existing`` (a system keeps no such result)."""
 
@@ -237,6 +239,11 @@ class TargetLedger(Restorable):
     # -- what a subclass gives ------------------------------------------------------------
     JANITOR = "this row's janitor"
     """Who makes the janitor's moves, in refusals."""
+    EITHER_RECOVERY = False
+    """Does each row take both recoveries? By default the shipped row takes only the system's own
+    (``EXPIRE_AND_RELEASE``) and the guarded row only the guard's (``EXPIRE_AND_HOLD`` and the settles);
+    True where the system's calls serve both on either row (a test may drive the guard's policy on the
+    shipped storage)."""
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
@@ -442,16 +449,16 @@ class TargetLedger(Restorable):
         """A janitor's move with the system's recovery: the row's expiry (``_release`` as shipped, ``_hold``
         guarded) on a reserved lease the system's expiry query lists, or a guarded settle (``_settle``)."""
         record = self._records()[reservation_id]
-        expiry = Move.EXPIRE_AND_HOLD if self.guarded else Move.EXPIRE_AND_RELEASE
-        if move is expiry:
+        either = self.EITHER_RECOVERY
+        if move in (EXPIRIES if either else (Move.EXPIRE_AND_HOLD,) if self.guarded else (Move.EXPIRE_AND_RELEASE,)):
             refused_unless(self._reservation(record).state is ReservationState.RESERVED and self._past_lease(record),
                            f"{move.value} on {reservation_id}: {self._unexpired_because(record)}")
-            if self.guarded:
+            if move is Move.EXPIRE_AND_HOLD:
                 self._hold(record)
                 self._held.add(reservation_id)
             else:
                 self._release(record)
-        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED) and self.guarded:
+        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED) and (self.guarded or either):
             self._settle(record, move)
         else:
             raise IllegalMove(f"{move.value} on {reservation_id}: not a move of {self.JANITOR} "
@@ -544,7 +551,7 @@ class TargetStorage(ModelStorage):
 
 
 __all__ = [
-    "CONFIRMS", "EXISTING_MOVES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
+    "CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
     "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
     "StaleAttempt", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
     "refused_unless", "writes",
