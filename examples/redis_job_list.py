@@ -152,13 +152,7 @@ class Session(RedisSession):
 
 
 class JobListStorage(TargetStorage):
-    LEDGER = JobListLedger
-    WHAT = "the Redis job list example"
-
-    def __init__(self, url: str, *, guarded: bool = False) -> None:
-        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = JobListLedger, Session, "the Redis job list example"  # the effect: fence's in-memory destination
 
 
 ROW = Target(

@@ -268,15 +268,7 @@ async def never_run(ctx: dict, *args) -> None:
 
 
 class ArqStorage(TargetStorage):
-    LEDGER = ArqLedger
-    WHAT = "an arq target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise BackendError(f"{url!r}: arq needs a redis:// URL")
-        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT, URL_SCHEMES = ArqLedger, Session, "an arq target", ("redis://", "rediss://", "unix://")
 
 
 __all__ = ["TASK_NAME", "ArqLedger", "ArqStorage", "attempt_id", "fresh_job_id", "guarded_task"]

@@ -310,15 +310,7 @@ class DbosStorage(TargetStorage):
     """World factories on DBOS: each world starts on emptied DBOS tables; the ticket goes to fence's in-memory
     destination (the system under test is the workflow table)."""
 
-    LEDGER = DbosLedger
-    WHAT = "a DBOS target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: DBOS runs here on PostgreSQL; give a postgresql:// URL")
-        super().__init__("memory:")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT, URL_SCHEMES = DbosLedger, Session, "a DBOS target", ("postgresql://", "postgres://")
 
 
 __all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor"]

@@ -361,13 +361,7 @@ class Session(RedisSession):
 class DramatiqStorage(TargetStorage):
     """World factories on dramatiq's RedisBroker: each world starts on an emptied database."""
 
-    LEDGER = DramatiqLedger
-    WHAT = "a dramatiq target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        super().__init__("memory:")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = DramatiqLedger, Session, "a dramatiq target"
 
 
 __all__ = ["ACTOR", "HEARTBEATS", "TICK_SECONDS", "DramatiqLedger", "DramatiqStorage", "acks_key", "as_worker",

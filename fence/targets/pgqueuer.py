@@ -103,7 +103,7 @@ from fence import Decision
 from fence.guard import Guard, GuardedAttempt
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
+    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -532,15 +532,8 @@ class PgqueuerStorage(TargetStorage):
     there. Like ``ModelStorage``, one world at a time lives on it.
     """
 
-    LEDGER = PgqueuerLedger
-    WHAT = "a pgqueuer target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: pgqueuer runs on PostgreSQL; give a postgresql:// URL")
-        super().__init__(url, namespace="fence_targets_pgqueuer")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = PgqueuerLedger, Session, "a pgqueuer target"
+    URL_SCHEMES, DESTINATION_SCHEMA = ("postgresql://", "postgres://"), "fence_targets_pgqueuer"
 
 
 __all__ = [

@@ -432,15 +432,8 @@ class ProcrastinateStorage(TargetStorage):
     Like ``ModelStorage``, one world at a time lives on it.
     """
 
-    LEDGER = ProcrastinateLedger
-    WHAT = "a procrastinate target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: procrastinate runs on PostgreSQL; give a postgresql:// URL")
-        super().__init__(url, namespace="fence_targets")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = ProcrastinateLedger, Session, "a procrastinate target"
+    URL_SCHEMES, DESTINATION_SCHEMA = ("postgresql://", "postgres://"), "fence_targets"
 
 
 __all__ = [

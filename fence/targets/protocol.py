@@ -510,15 +510,39 @@ class TargetLedger(Restorable):
 class TargetStorage(ModelStorage):
     """A target's storage: fence's destination (``ModelStorage``) beside one session on the job system.
 
-    A subclass sets ``guarded`` and opens its session (with ``empty``,
-    ``versions`` and ``close``) through ``_open_session`` in its constructor,
-    after ``ModelStorage``'s own, and names its ledger class (``LEDGER``, made
-    as ``LEDGER(session, capacity, guarded=...)``) and itself (``WHAT``, for the
-    one error a pickling attempt gets).
+    A subclass names its ledger class (``LEDGER``, made as ``LEDGER(session,
+    capacity, guarded=...)``), itself (``WHAT``: "a dramatiq target", for its
+    errors) and its session class (``SESSION``, made as ``SESSION(url)``, with
+    ``empty``, ``versions`` and ``close``); then ``Storage(url, guarded=...)``
+    checks the URL's scheme (``URL_SCHEMES``), makes the destination (fence's
+    in-memory one, or its SQL one on the same server in the schema
+    ``DESTINATION_SCHEMA``) and opens the session. A subclass with a
+    constructor of its own (and no ``SESSION``) calls ``ModelStorage``'s
+    through ``super().__init__(destination_url)``, sets ``guarded`` and opens
+    its session through ``_open_session``.
     """
 
     LEDGER: type[TargetLedger]
     WHAT: str
+    SESSION: Callable[[str], object] | None = None
+    URL_SCHEMES: tuple[str, ...] = ()
+    """The URL schemes the system runs on (``("redis://",)``); empty: any."""
+    DESTINATION_SCHEMA: str | None = None
+    """None: the task's effect goes to fence's in-memory destination; else to fence's SQL destination on the
+    system's own server (PostgreSQL), in this schema."""
+
+    def __init__(self, url: str, *, guarded: bool = False, **destination) -> None:
+        if self.SESSION is None:  # a constructor of the subclass's own: this is ModelStorage's
+            super().__init__(url, **destination)
+            return
+        if self.URL_SCHEMES and not url.startswith(self.URL_SCHEMES):
+            raise BackendError(f"{url!r}: {self.WHAT} runs on a {' or '.join(self.URL_SCHEMES)} URL")
+        if self.DESTINATION_SCHEMA is None:
+            super().__init__("memory:")
+        else:
+            super().__init__(url, namespace=self.DESTINATION_SCHEMA)
+        self.guarded = guarded
+        self._open_session(lambda: self.SESSION(url))
 
     def _open_session(self, open_session: Callable[[], object]) -> None:
         try:
