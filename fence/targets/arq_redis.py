@@ -2,46 +2,23 @@
 
 Theory of operation
 -------------------
-arq keeps a job in three keys: ``arq:job:ID`` (the pickled call), its id in
-the ``arq:queue`` sorted set until the job finishes, and, while a worker runs
-it, ``arq:in-progress:ID`` with a TTL of the worker's ``in_progress_timeout_s``
-(``job_timeout + 10`` s). arq has no recovery step of its own: a worker that
-dies leaves its in-progress key to expire, and the next worker's poll
-(``Worker.start_jobs``) picks the job again, under the same id (arq #402).
-Nothing checks who finishes a job: ``Worker.finish_job(ID, ...)`` deletes the
-in-progress key and takes the id off the queue whoever calls it, so a stale
-worker's late finish finishes the retry's run.
+arq keeps a job as ``arq:job:ID``, its id in the ``arq:queue`` sorted set until
+it finishes, and, while a worker runs it, ``arq:in-progress:ID`` with a TTL of
+``job_timeout + 10`` s. arq has no recovery of its own: when the in-progress key
+expires, the next poll (``Worker.start_jobs``) picks the job again, same id
+(arq #402); and ``Worker.finish_job(ID, ...)`` finishes whoever calls it, so a
+stale worker's late finish finishes the retry's run. The ledger's moves
+(``fence.targets.protocol``) are arq's calls: a reserve ``enqueue_job`` (once
+per key, id ``KEY#1``) then ``start_jobs([ID])`` (its ``run_job`` task is
+cancelled: fence's world runs the body); a confirm or failure ``finish_job``
+with a success or the exception; a lease expired when the job is queued with no
+in-progress key; as shipped, the janitor's release is that expiry itself.
 
-Every queue move is arq's own call, as its worker makes it:
-
-* a **reserve** is ``ArqRedis.enqueue_job('fence_ticket', key, _job_id=...)``
-  the first time (one job id per key, ``KEY#1``), then ``Worker.start_jobs([ID])``:
-  arq's WATCH/MULTI that sets the in-progress key (the ``run_job`` task it
-  spawns is cancelled before it starts: fence's world runs the body);
-* a **confirm** is ``Worker.finish_job(ID, finish=True, result)`` with a
-  success result, as ``run_job`` makes it after the body returned; a **failure**
-  the same call with the exception as result (``run_job``'s path for a task
-  that raised: the job is finished, failed, and never runs again);
-* a lease has **expired** when the job is still queued and its in-progress key
-  is gone (its TTL ran out): what ``start_jobs`` checks before it picks a job;
-* as shipped (``arq``, naive), the janitor's release is that expiry itself:
-  ``EXPIRE_AND_RELEASE`` is accepted once arq would pick the job again, and the
-  next reserve's ``start_jobs`` picks it, same id.
-
-Guarded (``arq+guard``, abandon-fenced): fence.guard on the side effect, the
-attempt named ``ID@try``; a pick of a job that ran before (``job_try > 1`` in
-the task's ``ctx``) runs the guard's recovery instead of the body
-(``guarded_task``): abandon the earlier tries unless one committed, then
-return (arq finishes the job) or enqueue a fresh job ``KEY#n+1`` and return.
-In the ledger that pick is the janitor's ``EXPIRE_AND_HOLD`` (``start_jobs``
-by the recovery's worker), its settle ``finish_job`` (``SETTLE_EXISTING``), or
-``finish_job`` and ``enqueue_job`` of the fresh id (``SETTLE_UNUSED``). A
-stale worker's finish of a finished job changes nothing in the queue and is
-refused; its commit is refused by the guard.
-
-Time: one tick is 60 s; moving the model on shortens every TTL
-(``RedisDatabase.move_time``), so an in-progress key of ``TIME.timeout(L)``
-seconds is gone from the tick the lease of L ticks runs out.
+Guarded (``guarded_task``): the attempt is ``ID@try``; a pick of a job that ran
+before runs the guard's recovery instead of the body: the janitor's hold is
+that ``start_jobs``, its settle ``finish_job``, and an abandon also enqueues a
+fresh job ``KEY#n+1``, so nothing stale can finish the rerun. One tick is 60 s;
+moving the model on shortens every TTL (``RedisDatabase.move_time``).
 """
 
 from __future__ import annotations

@@ -111,7 +111,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -125,7 +124,7 @@ from kombu.transport.redis import Mutex, MutexHeld
 
 from fence import Decision
 from fence.guard import Guard
-from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis
+from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis, ranked_ids
 from fence.targets.protocol import (
     EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger,
     TargetStorage, only_if_it_moves,
@@ -263,8 +262,6 @@ def load_keys(client: redis.Redis, image: Image) -> None:
     load_redis(client, image, TIME, timestamps=(UNACKED_INDEX,))
 
 
-_IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-"""A delivery tag or a celery task id (uuid4 text): the identities that depend on the path taken."""
 
 
 class _Taken:
@@ -399,20 +396,7 @@ class CeleryLedger(TargetLedger):
         alone, when it publishes and when restore_visible puts a message back
         (checked: a message unacked under another exchange stops the snapshot).
         """
-        ranks: dict[bytes, int] = {}
-
-        def rank(found: re.Match) -> bytes:
-            return b"<id%d>" % ranks.setdefault(found.group(0), len(ranks))
-
-        def canonical(value):
-            if isinstance(value, bytes):
-                return _IDENTITY.sub(rank, value)
-            if isinstance(value, str):
-                return canonical(value.encode()).decode()
-            if isinstance(value, tuple):
-                return tuple(canonical(part) for part in value)
-            return value
-
+        canonical = ranked_ids()
         deliveries = tuple(
             (d.reservation_id, d.key, d.owner, canonical(d.tag), canonical(d.task_id), d.deadline,
              self._messages[d.reservation_id].message._state)

@@ -2,40 +2,23 @@
 
 Theory of operation
 -------------------
-A job is a DBOS workflow whose id is the job's key, enqueued on a queue of its
-own (``DBOSClient.enqueue``), with one step that writes the ticket. Every
-ledger move is the system database call DBOS's own worker or recovery makes:
+A job is a DBOS workflow whose id is its key, on a queue of its own
+(``DBOSClient.enqueue``), with one step that writes the ticket. Each ledger
+move (``fence.targets.protocol``) is the system-database call DBOS's worker or
+recovery makes: a reserve is a claim (``start_queued_workflows``: ENQUEUED to
+PENDING under a fresh executor and ownership token, ``owner_xid``); a confirm
+or failure the step's checkpoint and ``update_workflow_outcome`` (SUCCESS, or
+ERROR, which is final), both owner-checked. DBOS keeps no lease: a recovery
+service (Conductor, an operator) declares an executor dead and calls
+``recover_pending_workflows`` (``reenqueue_for_recovery``: back to ENQUEUED).
+fence plays that service: an executor is dead once a lease has passed since
+its claim, in model ticks (nothing on the server is compared with a clock on
+this path, so nothing there moves); the retry is the next claim of the row.
 
-* a **reserve** is a queue worker's claim, ``start_queued_workflows``: the row
-  goes ENQUEUED -> PENDING under a fresh executor id and a fresh ownership
-  token (``owner_xid``), and ``recovery_attempts`` counts the dispatch;
-* a **confirm** is what the worker does when the step returns: the step's
-  checkpoint (``record_operation_result``) and the workflow's outcome
-  (``update_workflow_outcome(SUCCESS)``), both owner-checked: a worker whose
-  token is no longer on the row is refused (DBOS "parks" it);
-* a **failure** (as shipped) is what the worker does when the step raises: the
-  step's error checkpoint and ``update_workflow_outcome(ERROR)``, owner-checked;
-  ERROR is final, DBOS never runs the workflow again;
-* **expiry and recovery**: DBOS keeps no lease. A workflow stays PENDING on its
-  executor until a recovery service (DBOS Conductor, or an operator) declares
-  that executor dead and calls DBOS's recovery for it
-  (``recover_pending_workflows``: ``get_pending_workflows(executor)``, then
-  ``reenqueue_for_recovery`` on each, back to ENQUEUED with no owner, on its own
-  queue). fence plays that service: an executor is dead once a lease has passed
-  since it last beat, and each attempt's executor beats once, at its claim
-  (model ticks; no instant in DBOS's tables is compared with a clock on this
-  path, so nothing on the server is moved). The retry is the next claim of the
-  same row: the naive policy's expire-and-release.
-
-Guarded (``fence.guard``): the step commits through ``guard.attempt(key,
-attempt_id)``, its attempt named by the workflow id and ``recovery_attempts``;
-``recover_dead_executor`` runs instead of DBOS's recovery: abandon the attempt
-unless it committed (``Guard.recover``), then complete the workflow
-(``update_workflow_outcome(SUCCESS)`` under the dead claim's token) or re-enqueue
-it (``reenqueue_for_recovery``). The rerun is a fresh claim with a fresh token,
-so DBOS itself refuses the stale worker's checkpoint and outcome; a fresh
-workflow id is not needed. A guarded step's failure goes to its guard
-(``_fail_through_guard``), never to DBOS's ERROR.
+Guarded: the step commits through ``guard.attempt(key, attempt_id(...))``, and
+``recover_dead_executor`` runs instead of DBOS's recovery: abandon the run
+unless it committed, then SUCCESS under the dead claim's token, or re-enqueue.
+The rerun's fresh token makes DBOS itself refuse the stale worker's writes.
 """
 
 from __future__ import annotations

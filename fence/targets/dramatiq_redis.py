@@ -3,57 +3,28 @@
 Theory of operation
 -------------------
 dramatiq's ``RedisBroker`` keeps a queue as a list of message ids
-(``dramatiq:KEY``) beside a hash of their data (``dramatiq:KEY.msgs``). A
-worker process is one broker with its own ``broker_id``: its fetch moves a
-message id into its own ack set (``dramatiq:__acks__.<broker_id>.KEY``), its ack
-removes it from there and deletes the data, and every command it sends stamps
-its heartbeat (``dramatiq:__heartbeats__``, milliseconds). The broker's
-recovery is the *maintenance* any command runs by chance (1,000 in a million):
-every ack set of a worker whose heartbeat is older than ``heartbeat_timeout``
-goes back on its queue, under the same message id, whether or not that worker
-still runs it: a task in a C extension that holds the GIL stops its process's
-heartbeat and is requeued mid-flight (dramatiq #692); so is a paused process or
-one cut off from Redis (dramatiq_sqs #53, #59 for the SQS broker's visibility
-timeout). A lease is therefore a worker process's heartbeat: a task stuck in a
-process whose heartbeat goes on is never recovered, by maintenance or by the
-guarded recovery below. fence drives that through its ledger protocol, every
-queue move one of dramatiq's own calls on a real Redis:
+(``dramatiq:KEY``) and a hash of their data. A worker process is a broker of
+its own ``broker_id``: a fetch moves a message id into its ack set
+(``dramatiq:__acks__.<broker_id>.KEY``), an ack removes it, and each command
+stamps its heartbeat (``dramatiq:__heartbeats__``, ms). Its recovery is the
+*maintenance* any command runs by chance: every ack set of a worker whose
+heartbeat is older than ``heartbeat_timeout`` goes back on its queue, same
+message id, whether or not the worker still runs it (dramatiq #692; dramatiq_sqs
+#53, #59). Each ledger move (``fence.targets.protocol``) is dramatiq's own call:
+a reserve ``next(broker.consume(KEY))`` by the reservation's own worker broker
+(maintenance off; one queue per key; a due retry on ``KEY.DQ`` moved to KEY
+first, as the delay-queue consumer does); a confirm ``consumer.ack``; a failure
+what ``Worker`` does when an actor raises (``emit_after("process_message")``:
+``Retries`` enqueues a retry on ``KEY.DQ``; then ack or nack); a lease expired
+when maintenance's own query lists it; as shipped, the janitor is maintenance,
+forced on a janitor broker. dramatiq refuses nothing, so a move is accepted
+only if it changed the broker's keys (``only_if_it_moves``).
 
-* a **reserve** is the reservation's own worker (a ``RedisBroker`` of its own,
-  maintenance off, so that only the janitor recovers) taking the key's message
-  with ``next(broker.consume(KEY, prefetch=1))``, after publishing it the first
-  time (``broker.enqueue``, one queue per key, so that one recovery touches one
-  reservation). First it does what a worker's delay-queue consumer does with a
-  retry on ``KEY.DQ``: past its eta, enqueued on KEY and acked there; else left
-  where it is (``requeue``);
-* a **confirm** is the worker's ``consumer.ack(message)``;
-* a lease has **expired** when maintenance's own query lists it: the worker's
-  heartbeat older than the timeout, the message id in its ack set;
-* the **janitor** as shipped (``naive``) is maintenance itself, forced
-  (``maintenance_chance=MAINTENANCE_SCALE``) on a janitor broker's ``qsize`` of
-  the key's queue;
-* a **failure** (``fail``) is what dramatiq's ``Worker`` does when an actor
-  raises: ``emit_after("process_message", message, exception=...)`` (the
-  ``Retries`` middleware enqueues a retry on ``KEY.DQ``, eta 15-30 s on), then
-  ``nack`` if the message failed for good, else ``ack``.
-
-dramatiq refuses nothing: an ack of a message no longer in the worker's ack set
-returns as quietly as any other. A move is accepted only if it changed the
-broker's keys (``only_if_it_moves``). A stale worker's ack is refused that way
-(maintenance emptied its ack set); its failure is not: ``Retries`` enqueues a
-second copy of the job whatever the worker holds.
-
-Guarded (``guarded=True``): fence.guard on the task's effect, the attempt named
-by the enqueue's ``redis_message_id`` (fresh on every enqueue), and
-``recover_stalled`` instead of maintenance (workers never run it): abandon the
-attempt unless it committed (``Guard.recover``), then ack it as its worker, or
-nack it (dead-lettered) and enqueue a fresh message, so a stale worker's late
-ack or commit can never touch the retry. A task that raises settles through the
-same ``settle`` in its guard's wrapper (``_fail_through_guard``).
-
-Time moves without sleeping: a tick is ``TICK_SECONDS`` of Redis time; moving
-the clock moves every heartbeat, dead-letter instant and retry eta back by as
-much (the image keeps them as ticks). The destination is fence's in-memory one.
+Guarded: the attempt is named by the enqueue's ``redis_message_id``, and
+``recover_stalled`` runs instead of maintenance: abandon the attempt unless it
+committed, then ack it as its worker, or nack it and enqueue a fresh message,
+so no stale ack or commit touches the retry. A tick is 60 s of Redis time:
+moving it moves heartbeats, nack instants and retry etas back.
 """
 
 from __future__ import annotations
@@ -69,7 +40,7 @@ from dramatiq.common import current_millis, dq_name, xq_name
 
 from fence import Decision
 from fence.guard import Guard
-from fence.targets.images import RedisImage, RedisSession
+from fence.targets.images import RedisImage, RedisSession, ranked_ids
 from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -176,7 +147,6 @@ def _etas(image: RedisImage, move) -> RedisImage:
                             for name, kind, value in image.keys), image.ttls)
 
 
-_IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _INSTANT = re.compile(rb'"(message_timestamp|requeue_timestamp)": ?\d+')
 """Instants no answer compares with the clock (no max_age): left out of the snapshot."""
 
@@ -210,16 +180,7 @@ class DramatiqLedger(TargetLedger):
         self._session.load(_etas(image, lambda ticks: int(now + (ticks - 0.5) * tick)))
 
     def snapshot(self) -> tuple:
-        ranks: dict[bytes, int] = {}
-
-        def canonical(value):
-            if isinstance(value, bytes):
-                value = _INSTANT.sub(rb'"\1":0', value)
-                return _IDENTITY.sub(lambda found: b"<id%d>" % ranks.setdefault(found.group(0), len(ranks)), value)
-            if isinstance(value, str):
-                return canonical(value.encode()).decode()
-            return tuple(canonical(part) for part in value) if isinstance(value, tuple) else value
-
+        canonical = ranked_ids(erase=[(_INSTANT, rb'"\1":0')])
         now = self._now  # etas as the tick they fall due (ms instants: the database's snapshot)
         image = _etas(self.image(), lambda ahead: int(now + ahead))
         # What decides no answer is left out: the heartbeat of a worker that holds nothing (each worker

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
@@ -41,6 +42,32 @@ from typing import Callable, Iterable, Mapping
 
 from fence._errors import BackendError
 from fence.targets.protocol import ModelTime, Restorer
+
+
+# -- ids that depend on the path taken ------------------------------------------------------
+UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A uuid4 as text: a delivery tag, a task or message id, a worker id."""
+
+
+def ranked_ids(
+    identity: re.Pattern = UUID, *, erase: Iterable[tuple[re.Pattern, bytes]] = (),
+) -> Callable[[object], object]:
+    """A renaming for one ``snapshot()``: each match of ``identity`` named ``<idN>`` by the rank of its first
+    appearance, in bytes, in str and through tuples; each ``erase`` (pattern, replacement) applied first (what
+    decides no answer, such as an instant nothing compares with the clock). Equal states reached by
+    different paths then snapshot alike; call it on fence's own records first, so that ranks follow them."""
+    ranks: dict[bytes, int] = {}
+
+    def canonical(value):
+        if isinstance(value, bytes):
+            for pattern, replacement in erase:
+                value = pattern.sub(replacement, value)
+            return identity.sub(lambda found: b"<id%d>" % ranks.setdefault(found.group(0), len(ranks)), value)
+        if isinstance(value, str):
+            return canonical(value.encode()).decode()
+        return tuple(canonical(part) for part in value) if isinstance(value, tuple) else value
+
+    return canonical
 
 
 # -- Redis ----------------------------------------------------------------------------------
@@ -477,5 +504,5 @@ class PostgresSession:
             self.loop.close()
 
 
-__all__ = ["MOVE_BACK", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession", "SchemaImage",
-           "dump_redis", "literal", "load_redis"]
+__all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
+           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids"]
