@@ -190,16 +190,12 @@ class Session(RedisSession):
 
     def __init__(self, url: str) -> None:
         super().__init__(url, TIME)
-        self.loop = asyncio.new_event_loop()
         try:
             self.pool: ArqRedis = self.run(create_pool(RedisSettings.from_dsn(url)))
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: arq cannot reach Redis there ({error})") from None
         self._workers: dict[float, Worker] = {}
-
-    def run(self, call):
-        return self.loop.run_until_complete(call)
 
     def worker(self, lease: float) -> Worker:
         """An arq Worker whose in-progress keys live ``TIME.timeout(lease)`` seconds (``job_timeout + 10``)."""
@@ -235,7 +231,6 @@ class Session(RedisSession):
         try:
             if getattr(self, "pool", None) is not None:
                 self.run(self.pool.aclose())
-            self.loop.close()
         finally:
             super().close()
 

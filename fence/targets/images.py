@@ -298,8 +298,23 @@ class RedisSession:
     def versions(self) -> dict[str, str]:
         return {"redis": self.client.info("server")["redis_version"]}
 
+    @cached_property
+    def loop(self):
+        """An event loop of the session's own, for a library on asyncio (arq): made on first use."""
+        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
+
+        return asyncio.new_event_loop()
+
+    def run(self, coroutine):
+        """``coroutine`` run to its end on the session's ``loop``."""
+        return self.loop.run_until_complete(coroutine)
+
     def close(self) -> None:
-        self.client.close()
+        try:
+            if "loop" in self.__dict__:
+                self.loop.close()
+        finally:
+            self.client.close()
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
