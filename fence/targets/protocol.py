@@ -44,23 +44,30 @@ rest. A target is three pieces:
   ``free``, ``held``
       units not held and held (properties).
 
-  ``TargetLedger`` gives ``get``, ``reservations``, ``current``, ``held``,
-  ``free``, ``owner_move`` (and ``confirm``/``confirm_existing``), ``fail`` and
-  ``expired`` from five methods of the subclass: ``_records()`` (its own record
-  of each reservation it took, by id, in order: anything with
-  ``reservation_id``, ``key``, ``owner``, ``deadline``), ``_state(record)``
-  (what the system says of one), ``_past_lease(record)`` (does the system's
-  own expiry query list it), ``_confirm(record, move)`` (the worker's
-  completion call) and ``_fail(record)`` (the worker's failure handler; there
-  is no default: a target states what its system does when a task raises, or
-  refuses every report with ``IllegalMove`` in its own words). Its ``time`` (a
-  ``ModelTime``) maps model time onto the server's, and
-  ``_move_clock(ticks)`` is where the subclass moves the system's stored times.
+  ``TargetLedger`` gives every member from methods of the subclass that each
+  make one of the system's calls: ``_take(key, owner, reservation_id,
+  deadline)`` (a worker taking the key's job: the record of it, anything with
+  ``reservation_id``, ``key``, ``owner``, ``deadline``; the ledger keeps them
+  by id, in order, in ``_records()``), ``_state(record)`` (what the system
+  says of one), ``_past_lease(record)`` (does the system's own expiry query
+  list it), ``_confirm(record, move)`` (the worker's completion call),
+  ``_fail(record)`` (the worker's failure handler; there is no default: a
+  target states what its system does when a task raises, or refuses every
+  report with ``IllegalMove`` in its own words), and the janitor's
+  ``_release(record)`` (as shipped: the system's recovery), ``_hold(record)``
+  and ``_settle(record, move)`` (guarded: the guard's recovery). ``JOB`` names
+  the record's field for the system's job, so that a reservation whose job a
+  newer one took reads ``unused`` and a stale worker's call that reaches the
+  newer one reports it. ``_finished(job, move)`` keeps which move finished a
+  job where the system does not. Its ``time`` (a ``ModelTime``) maps model
+  time onto the server's, and ``_move_clock(ticks)`` moves the system's
+  stored times (the session's ``move_time`` by default).
 
 * a **storage** (subclass ``TargetStorage``): ``url -> storage`` with
   ``destination_factory``, ``ledger_factory`` and ``close``; each world it makes
   starts on an emptied server. It opens one *session* on the server (with
-  ``empty()``, ``versions()``, ``close()``) and names its ledger class.
+  ``empty()``, ``versions()``, ``close()``): naming its ledger, session and
+  URL schemes (``LEDGER``, ``SESSION``, ``URL_SCHEMES``) is the whole storage.
 
 * a **row** (``fence.targets.Target``) naming the storage, the model policy the
   system claims and how its recovery and time work.
@@ -207,9 +214,11 @@ class TargetLedger(Restorable):
 
     A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
     first and ``self._restoring(session.restorer)`` last in its constructor, and
-    implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
-    ``_move_clock``, ``reserve``, ``apply`` and ``snapshot``; ``dump`` and ``load`` are the
-    session's (``images.RedisSession`` has them) unless it overrides them.
+    implements ``_take``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
+    the janitor's ``_release`` / ``_hold`` / ``_settle`` its rows make, and
+    ``snapshot``; ``reserve`` and ``apply`` (or ``_records`` and
+    ``_move_clock``) only where the defaults do not fit. ``dump`` and ``load``
+    are the session's (``images.RedisSession`` has them) unless it overrides them.
     """
 
     SHARED = ("_session",)
