@@ -267,9 +267,11 @@ def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrasti
 def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, postgres_url, procrastinate_module, monkeypatch):
     """A target storage opens fence's destination tables, then its job system's session; if the
     session fails, the tables' connection is closed before the error goes on (not leaked)."""
-    from fence._plugins import load_storage
+    import importlib
+
     from fence.backends import ModelStorage
 
+    module, _, storage_class = TARGETS[row].storage.partition(":")
     closed = []
     real_close = ModelStorage.close
     monkeypatch.setattr(ModelStorage, "close", lambda self: (closed.append(self.store), real_close(self)))
@@ -277,7 +279,7 @@ def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, p
     def no_session(*_args, **_kwargs):
         raise RuntimeError("the job system refused the session")
 
-    monkeypatch.setattr(load_storage(TARGETS[row]), "SESSION", no_session)
+    monkeypatch.setattr(getattr(importlib.import_module(module), storage_class), "SESSION", no_session)
     with pytest.raises(RuntimeError, match="refused the session"):
         TARGETS[row].open(postgres_url)
     assert len(closed) == 1 and closed[0] is not None
