@@ -30,10 +30,7 @@ import redis
 from fence import POLICIES
 from fence.targets import Target
 from fence.targets.images import RedisSession
-from fence.targets.protocol import (
-    EXISTING_MOVES, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger, TargetStorage,
-    only_if_it_moves,
-)
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves
 
 
 # -- the library under test -----------------------------------------------------------------
@@ -98,60 +95,29 @@ class JobListLedger(TargetLedger):
     """A reserve is ``take`` (after ``enqueue`` for a new key), a confirm ``finish``, a failure ``fail``, the janitor
     ``requeue_stale``."""
 
+    JOB = "job_id"  # a requeued job keeps its id: the newest take of it is the one the job list's answers concern
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._takes: dict[str, Take] = {}
         self._enqueued: set[str] = set()
-        self._finished_by: dict[int, Move] = {}  # the job list keeps no result: which confirm finished a job
         self._restoring(session.restorer)
 
     def snapshot(self) -> tuple:
-        database = self._session.database
-        return (tuple(self._takes.values()), database.snapshot(self.image(), self._now), tuple(sorted(self._enqueued)),
-                tuple(sorted((job, move.value) for job, move in self._finished_by.items())),
-                tuple(sorted(self._count_by_key.items())), self._lease)
-
-    def _records(self) -> dict[str, Take]:
-        return self._takes
-
-    def _latest(self, job_id: int) -> Take:
-        return [t for t in self._takes.values() if t.job_id == job_id][-1]
+        return (tuple(self._records().values()), self._session.database.snapshot(self.image(), self._now),
+                tuple(sorted(self._enqueued)), self.bookkeeping())
 
     def _state(self, take: Take) -> ReservationState:
         self._reading()
-        if self._latest(take.job_id) is not take:
-            return S.UNUSED  # requeued, and taken again by a newer attempt
         status = self._session.client.hget(f"job:{take.job_id}", "status")
         if status == b"done":
-            return S.CONFIRMED_EXISTING if self._finished_by.get(take.job_id) in EXISTING_MOVES else S.CONFIRMED
+            return self._confirmed(take.job_id)  # the job list keeps no result: fence's record of the finish
         return S.RESERVED if status == b"started" else S.UNUSED
 
     def _past_lease(self, take: Take) -> bool:
         self._reading()
         return take.job_id in self._session.jobs.stale(take.key, TIME.timeout(self._lease))
 
-    def _move_clock(self, ticks: float) -> None:
-        self._writing()
-        self._session.database.move_time(ticks)
-
-    def _confirm(self, take: Take, move: Move) -> Take:
-        started = lambda: self._session.client.zscore(f"started:{take.key}", take.job_id)  # noqa: E731
-        self._writing()
-        only_if_it_moves(started, lambda: self._session.jobs.finish(take.key, take.job_id),
-                         f"finish({take.job_id}) changed nothing: the job was not started")
-        self._finished_by[take.job_id] = move
-        return self._latest(take.job_id)
-
-    def _fail(self, take: Take) -> Take:
-        started = lambda: self._session.client.zscore(f"started:{take.key}", take.job_id)  # noqa: E731
-        self._writing()
-        only_if_it_moves(started, lambda: self._session.jobs.fail(take.key, take.job_id),
-                         f"fail({take.job_id}) changed nothing: the job was not started")
-        return self._latest(take.job_id)
-
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> Take:
         self._writing()
         if key not in self._enqueued:
             self._session.jobs.enqueue(key)
@@ -159,19 +125,24 @@ class JobListLedger(TargetLedger):
         job_id = self._session.jobs.take(key)
         if job_id is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: no job waiting for that key")
-        take = Take(self._next_id(key), key, owner, job_id, (now or 0) + lease)
-        self._taken(key)
-        self._takes[take.reservation_id] = take
-        return self._reservation(take)
+        return Take(reservation_id, key, owner, job_id, deadline)
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        take = self._takes[reservation_id]
-        latest = self._latest(take.job_id) is take
-        if move is not Move.EXPIRE_AND_RELEASE or not latest or not self._past_lease(take):
-            raise IllegalMove(f"{move.value} on {reservation_id}: the job list only requeues stale jobs")
+    def _started_only(self, take: Take, call, what: str) -> None:
+        """The job list refuses nothing: ``call`` is accepted only if it took the job off the started set."""
+        self._writing()
+        only_if_it_moves(lambda: self._session.client.zscore(f"started:{take.key}", take.job_id), call,
+                         f"{what}({take.job_id}) changed nothing: the job was not started")
+
+    def _confirm(self, take: Take, move: Move) -> None:
+        self._started_only(take, lambda: self._session.jobs.finish(take.key, take.job_id), "finish")
+        self._finished(take.job_id, move)
+
+    def _fail(self, take: Take) -> None:
+        self._started_only(take, lambda: self._session.jobs.fail(take.key, take.job_id), "fail")
+
+    def _release(self, take: Take) -> None:
         self._writing()
         self._session.jobs.requeue_stale(take.key, TIME.timeout(self._lease))  # one key: one reservation
-        return self._reservation(take)
 
 
 class Session(RedisSession):
@@ -181,13 +152,7 @@ class Session(RedisSession):
 
 
 class JobListStorage(TargetStorage):
-    LEDGER = JobListLedger
-    WHAT = "the Redis job list example"
-
-    def __init__(self, url: str, *, guarded: bool = False) -> None:
-        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = JobListLedger, Session, "the Redis job list example"  # the effect: fence's in-memory destination
 
 
 ROW = Target(

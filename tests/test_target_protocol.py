@@ -154,6 +154,21 @@ def test_a_redis_image_keeps_timestamps_and_ttls_as_ticks(redis_url):
         client.close()
 
 
+def test_ranked_ids_and_moved_columns_are_what_the_adapters_share():
+    """images.ranked_ids names uuids by first appearance (after the erasures); a PostgresTables image moves its
+    timed columns back by the ticks' seconds."""
+    import re
+
+    from fence.targets.images import PostgresTables, ranked_ids
+    from fence.targets.protocol import ModelTime
+
+    first, second = b"0" * 8 + b"-0000-0000-0000-" + b"0" * 12, b"1" * 8 + b"-1111-1111-1111-" + b"1" * 12
+    canonical = ranked_ids(erase=[(re.compile(rb"at=\d+"), b"at=0")])
+    assert canonical((second + b" at=17", first.decode(), (second,), 3)) == (b"<id0> at=0", "<id1>", (b"<id0>",), 3)
+    tables = PostgresTables(("jobs", "workers"), ModelTime(tick_seconds=60.0), timed={"workers": {"beat": "beat_ago"}})
+    assert tables.move_time_script(2) == "UPDATE workers SET beat = beat - make_interval(secs => 120.0)"
+
+
 def test_fence_targets_offers_exactly_the_profiles_the_table_defines():
     """The parser names the profiles without importing fence.targets; the one table is fence.targets'."""
     from fence._targets_cli import PROFILE_NAMES

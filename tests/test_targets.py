@@ -271,7 +271,7 @@ def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, p
 
     from fence.backends import ModelStorage
 
-    module = importlib.import_module(TARGETS[row].storage.partition(":")[0])
+    module, _, storage_class = TARGETS[row].storage.partition(":")
     closed = []
     real_close = ModelStorage.close
     monkeypatch.setattr(ModelStorage, "close", lambda self: (closed.append(self.store), real_close(self)))
@@ -279,7 +279,7 @@ def test_a_session_that_fails_to_open_closes_the_storage_opened_before_it(row, p
     def no_session(*_args, **_kwargs):
         raise RuntimeError("the job system refused the session")
 
-    monkeypatch.setattr(module, "Session", no_session)
+    monkeypatch.setattr(getattr(importlib.import_module(module), storage_class), "SESSION", no_session)
     with pytest.raises(RuntimeError, match="refused the session"):
         TARGETS[row].open(postgres_url)
     assert len(closed) == 1 and closed[0] is not None

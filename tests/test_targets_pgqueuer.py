@@ -111,7 +111,7 @@ def test_a_stale_workers_log_jobs_completes_the_repicked_row_where_the_model_ref
     assert difference is not None and difference.what == "confirm: the step's story"
     assert "the ledger refuses" in difference.detail and "job1#1 confirms: job1/r2 is confirmed" in difference.detail
     # The re-pick and the retry were one row: the same job id, picked by two queue managers.
-    picks = [world.ledger._picks[rid] for rid in ("job1/r1", "job1/r2")]
+    picks = [world.ledger._records()[rid] for rid in ("job1/r1", "job1/r2")]
     assert picks[0].job.id == picks[1].job.id and picks[0].queue_manager != picks[1].queue_manager
     # and the observer, judging fence's facts, calls it what it is
     broken = replay_actions(naive, ONE, STALE_COMPLETION, BY_NAME["stale_attempt_cannot_change_newer"],
@@ -136,7 +136,7 @@ def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     assert replay_in_lockstep(STALE_SETTLE, world, World(policy, ONE), same_story=without_refusal_reasons) is None
     assert world.trace[-1].sentence.endswith("the ledger refuses")
     # The retry ran on a fresh row, not on the re-picked one.
-    assert world.ledger._picks["job1/r1"].job.id != world.ledger._picks["job1/r2"].job.id
+    assert world.ledger._records()["job1/r1"].job.id != world.ledger._records()["job1/r2"].job.id
 
 
 @pytest.mark.postgres
@@ -245,7 +245,7 @@ def test_guarded_a_failure_goes_to_the_guard_and_the_settle_ends_the_row_like_th
     world, mirror = _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING)
     assert replay_in_lockstep(FAILURE_AFTER_EFFECT[:5], world, mirror, same_story=without_refusal_reasons) is None
     assert world.trace[-1].sentence == "job1#1 fails after its effect landed and reports it: job1/r1 is outcome_unknown"
-    job = world.ledger._picks["job1/r1"].job
+    job = world.ledger._records()["job1/r1"].job
     assert guarded.session.run(guarded.session.queries.job_status([job.id])) == [(job.id, "picked")]
     assert world.reached["failure_after_effect"] == 1
     # The janitor finds the effect: the settle's log_jobs(successful) ends the row, as the model settles it.

@@ -2,46 +2,23 @@
 
 Theory of operation
 -------------------
-arq keeps a job in three keys: ``arq:job:ID`` (the pickled call), its id in
-the ``arq:queue`` sorted set until the job finishes, and, while a worker runs
-it, ``arq:in-progress:ID`` with a TTL of the worker's ``in_progress_timeout_s``
-(``job_timeout + 10`` s). arq has no recovery step of its own: a worker that
-dies leaves its in-progress key to expire, and the next worker's poll
-(``Worker.start_jobs``) picks the job again, under the same id (arq #402).
-Nothing checks who finishes a job: ``Worker.finish_job(ID, ...)`` deletes the
-in-progress key and takes the id off the queue whoever calls it, so a stale
-worker's late finish finishes the retry's run.
+arq keeps a job as ``arq:job:ID``, its id in the ``arq:queue`` sorted set until
+it finishes, and, while a worker runs it, ``arq:in-progress:ID`` with a TTL of
+``job_timeout + 10`` s. arq has no recovery of its own: when the in-progress key
+expires, the next poll (``Worker.start_jobs``) picks the job again, same id
+(arq #402); and ``Worker.finish_job(ID, ...)`` finishes whoever calls it, so a
+stale worker's late finish finishes the retry's run. The ledger's moves
+(``fence.targets.protocol``) are arq's calls: a reserve ``enqueue_job`` (once
+per key, id ``KEY#1``) then ``start_jobs([ID])`` (its ``run_job`` task is
+cancelled: fence's world runs the body); a confirm or failure ``finish_job``
+with a success or the exception; a lease expired when the job is queued with no
+in-progress key; as shipped, the janitor's release is that expiry itself.
 
-Every queue move is arq's own call, as its worker makes it:
-
-* a **reserve** is ``ArqRedis.enqueue_job('fence_ticket', key, _job_id=...)``
-  the first time (one job id per key, ``KEY#1``), then ``Worker.start_jobs([ID])``:
-  arq's WATCH/MULTI that sets the in-progress key (the ``run_job`` task it
-  spawns is cancelled before it starts: fence's world runs the body);
-* a **confirm** is ``Worker.finish_job(ID, finish=True, result)`` with a
-  success result, as ``run_job`` makes it after the body returned; a **failure**
-  the same call with the exception as result (``run_job``'s path for a task
-  that raised: the job is finished, failed, and never runs again);
-* a lease has **expired** when the job is still queued and its in-progress key
-  is gone (its TTL ran out): what ``start_jobs`` checks before it picks a job;
-* as shipped (``arq``, naive), the janitor's release is that expiry itself:
-  ``EXPIRE_AND_RELEASE`` is accepted once arq would pick the job again, and the
-  next reserve's ``start_jobs`` picks it, same id.
-
-Guarded (``arq+guard``, abandon-fenced): fence.guard on the side effect, the
-attempt named ``ID@try``; a pick of a job that ran before (``job_try > 1`` in
-the task's ``ctx``) runs the guard's recovery instead of the body
-(``guarded_task``): abandon the earlier tries unless one committed, then
-return (arq finishes the job) or enqueue a fresh job ``KEY#n+1`` and return.
-In the ledger that pick is the janitor's ``EXPIRE_AND_HOLD`` (``start_jobs``
-by the recovery's worker), its settle ``finish_job`` (``SETTLE_EXISTING``), or
-``finish_job`` and ``enqueue_job`` of the fresh id (``SETTLE_UNUSED``). A
-stale worker's finish of a finished job changes nothing in the queue and is
-refused; its commit is refused by the guard.
-
-Time: one tick is 60 s; moving the model on shortens every TTL
-(``RedisDatabase.move_time``), so an in-progress key of ``TIME.timeout(L)``
-seconds is gone from the tick the lease of L ticks runs out.
+Guarded (``guarded_task``): the attempt is ``ID@try``; a pick of a job that ran
+before runs the guard's recovery instead of the body: the janitor's hold is
+that ``start_jobs``, its settle ``finish_job``, and an abandon also enqueues a
+fresh job ``KEY#n+1``, so nothing stale can finish the rerun. One tick is 60 s;
+moving the model on shortens every TTL (``RedisDatabase.move_time``).
 """
 
 from __future__ import annotations
@@ -58,15 +35,13 @@ from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 from fence.guard import Guard
 from fence.targets.images import RedisImage, RedisSession
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
-    TargetStorage, only_if_it_moves, refused_unless,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves,
+    refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
 TASK_NAME = "fence_ticket"
 S = ReservationState
-FINISHED_UNUSED = (Move.FAIL, Move.SETTLE_UNUSED)
-"""The finishes after which the job's effect is not the job's: a failure, the recovery's abandon."""
 
 
 # -- the recipe, as a user writes it ----------------------------------------------------------
@@ -115,123 +90,83 @@ class Pick:
 class ArqLedger(TargetLedger):
     """A reserve is ``start_jobs`` (after ``enqueue_job``), a confirm or failure ``finish_job`` (see the module doc)."""
 
+    JOB, JANITOR = "job_id", "arq's janitor"
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._picks: dict[str, Pick] = {}
         self._job_of: dict[str, str] = {}  # key -> the job id that runs it now
         self._released: set[str] = set()  # as shipped: picks whose in-progress key expired, for a re-pick
-        self._held: set[str] = set()  # guarded: picks the recovery's worker picked again
-        self._finished_by: dict[str, Move] = {}  # arq keeps no word of which call finished a job
         self._restoring(session.restorer)
-
-    # -- reading ----------------------------------------------------------------------------
-    def _records(self) -> dict[str, Pick]:
-        return self._picks
-
-    def _latest(self, job_id: str) -> Pick:
-        return [p for p in self._picks.values() if p.job_id == job_id][-1]
 
     def _queued(self, job_id: str) -> bool:
         self._reading()
         return self._session.client.zscore(default_queue_name, job_id) is not None
 
-    def _in_progress(self, job_id: str) -> bool:
-        self._reading()
-        return bool(self._session.client.exists(in_progress_key_prefix + job_id))
-
     def _state(self, pick: Pick) -> ReservationState:
-        if self._latest(pick.job_id) is not pick:
-            return S.UNUSED  # picked again by a newer attempt
         if not self._queued(pick.job_id):  # finished, whoever called finish_job (a released pick's worker too)
-            move = self._finished_by.get(pick.job_id)
-            if move in FINISHED_UNUSED:
-                return S.UNUSED
-            return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
-        if pick.reservation_id in self._released:
-            return S.UNUSED  # its in-progress key expired: left for the next start_jobs
-        return S.OUTCOME_UNKNOWN if pick.reservation_id in self._held else S.RESERVED
+            return self._finished_state(pick.job_id)
+        return S.UNUSED if pick.reservation_id in self._released else S.RESERVED
 
     def _past_lease(self, pick: Pick) -> bool:
         """What start_jobs checks: the job is queued and no worker's in-progress key holds it."""
-        return (self._latest(pick.job_id) is pick and pick.reservation_id not in self._held
-                and self._queued(pick.job_id) and not self._in_progress(pick.job_id))
+        self._reading()
+        return (self._newest(pick) is pick and pick.reservation_id not in self._held and self._queued(pick.job_id)
+                and not self._session.client.exists(in_progress_key_prefix + pick.job_id))
 
     def snapshot(self) -> tuple:
-        return (tuple(self._picks.values()), self._session.database.snapshot(canonical_image(self.image()), self._now),
-                tuple(sorted(self._job_of.items())), tuple(sorted(self._released)), tuple(sorted(self._held)),
-                tuple(sorted((job, move.value) for job, move in self._finished_by.items())),
-                self.failures_caught(), tuple(sorted(self._count_by_key.items())), self._lease)
-
-    # -- moving -----------------------------------------------------------------------------
-    def _move_clock(self, ticks: float) -> None:
-        self._writing()
-        self._session.database.move_time(ticks)
+        return (tuple(self._records().values()), self._session.database.snapshot(canonical_image(self.image()), self._now),
+                tuple(sorted(self._job_of.items())), tuple(sorted(self._released)), self.bookkeeping())
 
     def _start(self, job_id: str) -> bool:
         """arq's ``Worker.start_jobs([job_id])``: did it set the in-progress key (pick the job)?"""
         self._writing()
         return self._session.start(self._lease, job_id)
 
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
+    def _enqueue(self, key: str, job_id: str) -> None:
+        self._job_of[key] = job_id
+        self._writing()
+        self._session.run(self._session.pool.enqueue_job(TASK_NAME, key, _job_id=job_id))
+
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> Pick:
         if key not in self._job_of:
-            self._job_of[key] = f"{key}#1"
-            self._writing()
-            self._session.run(self._session.pool.enqueue_job(TASK_NAME, key, _job_id=self._job_of[key]))
+            self._enqueue(key, f"{key}#1")
         job_id = self._job_of[key]
-        ran_before = any(p.job_id == job_id for p in self._picks.values())
-        if self.guarded and ran_before:
+        if self.guarded and any(p.job_id == job_id for p in self._records().values()):
             raise IllegalMove(f"reserve {key!r} for {owner!r}: job {job_id} ran before; a worker's pick of it runs "
                               "the guard's recovery (the janitor's expire_and_hold), not the task")
-        if not self._start(job_id):
-            raise IllegalMove(f"reserve {key!r} for {owner!r}: arq's start_jobs did not pick job {job_id} "
-                              "(finished, or another worker's in-progress key holds it)")
-        pick = Pick(self._next_id(key), key, owner, job_id, (now or 0) + lease)
-        self._taken(key)
-        self._picks[pick.reservation_id] = pick
-        return self._reservation(pick)
+        refused_unless(self._start(job_id), f"reserve {key!r} for {owner!r}: arq's start_jobs did not pick job "
+                       f"{job_id} (finished, or another worker's in-progress key holds it)")
+        return Pick(reservation_id, key, owner, job_id, deadline)
 
     def _finish(self, job_id: str, move: Move, success: bool) -> None:
         """arq's ``Worker.finish_job``; accepted only if it took the job off the queue (arq refuses nothing)."""
         self._writing()
-        only_if_it_moves(lambda: self._queued(job_id),
-                         lambda: self._session.finish(self._lease, job_id, success),
+        only_if_it_moves(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
                          f"arq's finish_job({job_id}) changed nothing: the job was finished already")
-        self._finished_by[job_id] = move
+        self._finished(job_id, move)
 
-    def _confirm(self, pick: Pick, move: Move) -> Pick:
+    def _confirm(self, pick: Pick, move: Move) -> None:
         self._finish(pick.job_id, move, success=True)
-        return self._latest(pick.job_id)
 
-    def _fail(self, pick: Pick) -> Pick:
+    def _fail(self, pick: Pick) -> Pick | None:
         if self.guarded:
             return self._fail_through_guard(pick)
         self._finish(pick.job_id, Move.FAIL, success=False)  # run_job: a task that raised is finished, failed
-        return self._latest(pick.job_id)
+        return None
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        pick = self._picks[reservation_id]
-        expiry = Move.EXPIRE_AND_HOLD if self.guarded else Move.EXPIRE_AND_RELEASE
-        if move is expiry:
-            refused_unless(self._state(pick) is S.RESERVED and self._past_lease(pick),
-                           f"{move.value} on {reservation_id}: job {pick.job_id} is not queued without an in-progress key")
-            if self.guarded:
-                refused_unless(self._start(pick.job_id), f"start_jobs did not pick job {pick.job_id} for the recovery")
-                self._held.add(reservation_id)
-            else:
-                self._released.add(reservation_id)  # arq's recovery is the expiry: the next start_jobs re-picks
-        elif self.guarded and move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
-            refused_unless(self._reservation(pick).state is S.OUTCOME_UNKNOWN,
-                           f"{move.value} on {reservation_id}: neither the recovery nor a caught failure holds it")
-            self._finish(pick.job_id, move, success=True)  # the recovery's task returns; arq finishes the job
-            if move is Move.SETTLE_UNUSED:
-                self._job_of[pick.key] = fresh_job_id(pick.job_id)
-                self._session.run(self._session.pool.enqueue_job(TASK_NAME, pick.key, _job_id=self._job_of[pick.key]))
-        else:
-            raise IllegalMove(f"{move.value} is not a move of arq's janitor ({'guarded' if self.guarded else 'as shipped'})")
-        self._failures_caught.discard(reservation_id)
-        return self._reservation(pick)
+    def _release(self, pick: Pick) -> None:
+        self._released.add(pick.reservation_id)  # arq's recovery is the expiry: the next start_jobs re-picks
+
+    def _hold(self, pick: Pick) -> None:
+        refused_unless(self._start(pick.job_id), f"start_jobs did not pick job {pick.job_id} for the recovery")
+
+    def _settle(self, pick: Pick, move: Move) -> None:
+        refused_unless(self._reservation(pick).state is S.OUTCOME_UNKNOWN,
+                       f"{move.value} on {pick.reservation_id}: neither the recovery nor a caught failure holds it")
+        self._finish(pick.job_id, move, success=True)  # the recovery's task returns; arq finishes the job
+        if move is Move.SETTLE_UNUSED:
+            self._enqueue(pick.key, fresh_job_id(pick.job_id))
+        self._failures_caught.discard(pick.reservation_id)
 
 
 def canonical_image(image: RedisImage) -> RedisImage:
@@ -255,16 +190,12 @@ class Session(RedisSession):
 
     def __init__(self, url: str) -> None:
         super().__init__(url, TIME)
-        self.loop = asyncio.new_event_loop()
         try:
             self.pool: ArqRedis = self.run(create_pool(RedisSettings.from_dsn(url)))
         except Exception as error:
             self.close()
             raise BackendError(f"{url}: arq cannot reach Redis there ({error})") from None
         self._workers: dict[float, Worker] = {}
-
-    def run(self, call):
-        return self.loop.run_until_complete(call)
 
     def worker(self, lease: float) -> Worker:
         """An arq Worker whose in-progress keys live ``TIME.timeout(lease)`` seconds (``job_timeout + 10``)."""
@@ -300,7 +231,6 @@ class Session(RedisSession):
         try:
             if getattr(self, "pool", None) is not None:
                 self.run(self.pool.aclose())
-            self.loop.close()
         finally:
             super().close()
 
@@ -310,15 +240,7 @@ async def never_run(ctx: dict, *args) -> None:
 
 
 class ArqStorage(TargetStorage):
-    LEDGER = ArqLedger
-    WHAT = "an arq target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise BackendError(f"{url!r}: arq needs a redis:// URL")
-        super().__init__("memory:")  # the task's effect goes to fence's in-memory destination
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT, URL_SCHEMES = ArqLedger, Session, "an arq target", ("redis://", "rediss://", "unix://")
 
 
 __all__ = ["TASK_NAME", "ArqLedger", "ArqStorage", "attempt_id", "fresh_job_id", "guarded_task"]

@@ -111,7 +111,6 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -125,10 +124,10 @@ from kombu.transport.redis import Mutex, MutexHeld
 
 from fence import Decision
 from fence.guard import Guard
-from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis
+from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis, ranked_ids
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, StaleAttempt,
-    TargetLedger, TargetStorage, only_if_it_moves,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger,
+    TargetStorage, only_if_it_moves,
 )
 
 TIME = ModelTime(tick_seconds=600.0)
@@ -263,8 +262,6 @@ def load_keys(client: redis.Redis, image: Image) -> None:
     load_redis(client, image, TIME, timestamps=(UNACKED_INDEX,))
 
 
-_IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-"""A delivery tag or a celery task id (uuid4 text): the identities that depend on the path taken."""
 
 
 class _Taken:
@@ -301,16 +298,15 @@ class CeleryLedger(TargetLedger):
     ack state; so the explorer copies it like any plug-in.
     """
 
+    JOB = "tag"  # as shipped, a restored message is taken again under its tag
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._deliveries: dict[str, _Delivery] = {}
         self._messages: dict[str, _Taken] = {}
         """Each reservation's message as its worker channel took it (the ack goes through it)."""
         self._published: set[str] = set()
         self._acked: dict[str, tuple[str, Move]] = {}
         """tag -> (the delivery it was unacked under when a move removed it, that move)."""
-        self._held: set[str] = set()
-        """Reservations the guarded recovery took from their worker (kombu has no such state)."""
         self._unacked_tags: set[str] | None = None
         self._visible: list[str] | None = None
         """What Redis answered since the last call that may change it."""
@@ -367,26 +363,20 @@ class CeleryLedger(TargetLedger):
         self._session.database.move_time(ticks)
 
     # -- reading ------------------------------------------------------------------------
-    def _latest(self, tag: str) -> _Delivery:
-        """The last delivery of a tag (as shipped, a restored message is taken again under its tag)."""
-        return [d for d in self._deliveries.values() if d.tag == tag][-1]
-
     def _state(self, delivery: _Delivery) -> ReservationState:
-        if self._latest(delivery.tag) is not delivery:
-            return S.UNUSED  # restored, and taken again by a newer attempt
         if delivery.tag in self._unacked():
-            return S.OUTCOME_UNKNOWN if delivery.reservation_id in self._held else S.RESERVED
+            return S.RESERVED
         removed_from, move = self._acked.get(delivery.tag, (None, None))
         if removed_from == delivery.reservation_id and move not in (Move.SETTLE_UNUSED, Move.FAIL):
             return S.CONFIRMED_EXISTING if move in EXISTING_MOVES else S.CONFIRMED
         return S.UNUSED  # restored to its queue, rejected, or acked on its task's failure
 
-    def _records(self) -> dict[str, _Delivery]:
-        return self._deliveries
-
     def _past_lease(self, delivery: _Delivery) -> bool:
         """restore_visible's query lists its tag."""
         return delivery.tag in self._visible_tags()
+
+    def _unexpired_because(self, delivery: _Delivery) -> str:
+        return f"restore_visible's query does not list its delivery tag as unacked for {self._timeout():.0f} s under it"
 
     def snapshot(self) -> tuple:
         """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
@@ -406,24 +396,11 @@ class CeleryLedger(TargetLedger):
         alone, when it publishes and when restore_visible puts a message back
         (checked: a message unacked under another exchange stops the snapshot).
         """
-        ranks: dict[bytes, int] = {}
-
-        def rank(found: re.Match) -> bytes:
-            return b"<id%d>" % ranks.setdefault(found.group(0), len(ranks))
-
-        def canonical(value):
-            if isinstance(value, bytes):
-                return _IDENTITY.sub(rank, value)
-            if isinstance(value, str):
-                return canonical(value.encode()).decode()
-            if isinstance(value, tuple):
-                return tuple(canonical(part) for part in value)
-            return value
-
+        canonical = ranked_ids()
         deliveries = tuple(
             (d.reservation_id, d.key, d.owner, canonical(d.tag), canonical(d.task_id), d.deadline,
              self._messages[d.reservation_id].message._state)
-            for d in self._deliveries.values()
+            for d in self._records().values()
         )
         image = self.image()
         for name, kind, value in image.keys:
@@ -439,7 +416,7 @@ class CeleryLedger(TargetLedger):
 
     def delivery_of(self, reservation_id: str) -> tuple[str, str]:
         """The delivery tag and celery task id of the message a reservation took."""
-        delivery = self._deliveries[reservation_id]
+        delivery = self._records()[reservation_id]
         return delivery.tag, delivery.task_id
 
     def read_again(self) -> None:
@@ -447,10 +424,7 @@ class CeleryLedger(TargetLedger):
         self._forget_reads()
 
     # -- moving -------------------------------------------------------------------------
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
-        reservation_id = self._next_id(key)
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Delivery:
         worker = self._session.worker(reservation_id)
         self._writing()
         message = worker.basic_get(key, no_ack=False)
@@ -461,81 +435,56 @@ class CeleryLedger(TargetLedger):
         self._forget_reads()
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: kombu's basic_get found no message in queue {key!r}")
-        self._taken(key)
-        delivery = _Delivery(reservation_id, key, owner, message.delivery_tag, message.headers["id"], (now or 0) + lease)
-        self._deliveries[delivery.reservation_id] = delivery
-        self._messages[delivery.reservation_id] = _Taken(message)
-        return self._reservation(delivery)
+        self._messages[reservation_id] = _Taken(message)
+        return _Delivery(reservation_id, key, owner, message.delivery_tag, message.headers["id"], deadline)
 
-    def _removing(self, tag: str, move: Move, call: Callable[[], None], what: str) -> None:
-        """Make kombu's ``call`` on ``tag``: accepted only if it removed the tag from unacked (kombu refuses nothing)."""
+    def _removing(self, delivery: _Delivery, move: Move, call: Callable[[], None], what: str) -> None:
+        """Make kombu's ``call`` on its tag: accepted only if it removed the tag from unacked (kombu refuses nothing)."""
 
         def call_writing() -> None:
             self._writing()
             call()
             self._forget_reads()
 
-        only_if_it_moves(lambda: tag in self._unacked(), call_writing,
+        only_if_it_moves(lambda: delivery.tag in self._unacked(), call_writing,
                          f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
                          "(restored, rejected or acked before), and kombu accepts the call without a word")
-        self._acked[tag] = (self._latest(tag).reservation_id, move)
+        self._acked[delivery.tag] = (self._newest(delivery).reservation_id, move)
 
-    def _confirm(self, delivery: _Delivery, move: Move) -> _Delivery:
+    def _confirm(self, delivery: _Delivery, move: Move) -> None:
         """The worker's ack after the body ran (Message.ack, basic_ack), as celery's worker with acks_late makes it."""
-        self._removing(delivery.tag, move, self._messages[delivery.reservation_id].message.ack, f"ack of {delivery.reservation_id}")
-        return self._latest(delivery.tag)
+        self._removing(delivery, move, self._messages[delivery.reservation_id].message.ack,
+                       f"ack of {delivery.reservation_id}")
 
-    def fail(self, key: str, owner: str) -> Reservation:
+    def _fail(self, delivery: _Delivery) -> _Delivery | None:
         """The worker's task raised: celery's acks_late failure path on the message it took.
 
         ``Message.ack()`` when the app's ``task_acks_on_failure_or_timeout`` is on
         (celery's default), else ``Message.reject(requeue=False)``: what
-        ``Request.on_failure`` makes. kombu checks nothing but the tag: a worker
-        never given a message for the key gets StaleAttempt (fence's own record),
-        and one whose tag is no longer unacked is refused because nothing moved.
-        Guarded, celery's handler never runs: see the module doc.
+        ``Request.on_failure`` makes. kombu checks nothing but the tag: one whose
+        tag is no longer unacked is refused because nothing moved. Guarded,
+        celery's handler never runs: see the module doc.
         """
-        mine = [d for d in self._deliveries.values() if d.key == key and d.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a message for that key")
-        delivery = mine[-1]
         if self.guarded:  # the task's guard wrapper catches it and settles through the guard (module doc)
-            return self._reservation(self._fail_through_guard(delivery))
+            return self._fail_through_guard(delivery)
         message = self._messages[delivery.reservation_id].message
         if self._session.app.conf.task_acks_on_failure_or_timeout:
             call, what = message.ack, "ack on failure"
         else:
             call, what = (lambda: message.reject(requeue=False)), "reject(requeue=False) on failure"
-        self._removing(delivery.tag, Move.FAIL, call, f"{what} of {delivery.reservation_id}")
-        return self._reservation(self._latest(delivery.tag))
+        self._removing(delivery, Move.FAIL, call, f"{what} of {delivery.reservation_id}")
+        return None
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        """A janitor's move, made with kombu's calls on the reservation's delivery tag."""
-        delivery = self._deliveries[reservation_id]
-        janitor = self._janitor_channel()
-        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            visible = self._visible_tags()
-            if delivery.tag not in visible or self._latest(delivery.tag) is not delivery or reservation_id in self._held:
-                raise IllegalMove(
-                    f"{move.value} on {reservation_id}: restore_visible's query does not list its delivery tag "
-                    f"as unacked for {self._timeout():.0f} s under it"
-                )
-            if move is Move.EXPIRE_AND_HOLD:
-                if not self.guarded:
-                    raise IllegalMove("celery as shipped has no hold: restore_visible restores")
-                self._held.add(reservation_id)  # the recovery took it (fence's record)
-            else:
-                if self.guarded:
-                    raise IllegalMove("the guarded recovery holds an expired delivery; it never restores one")
-                self._restore_visible(delivery.tag)
-        elif move is Move.SETTLE_EXISTING and self.guarded:
-            self._removing(delivery.tag, move, lambda: janitor.basic_ack(delivery.tag), f"basic_ack of {reservation_id}'s tag")
-        elif move is Move.SETTLE_UNUSED and self.guarded:
-            self._removing(delivery.tag, move, lambda: janitor.basic_reject(delivery.tag, requeue=False),
-                           f"basic_reject(requeue=False) of {reservation_id}'s tag")
+    def _release(self, delivery: _Delivery) -> None:
+        self._restore_visible(delivery.tag)
+
+    def _settle(self, delivery: _Delivery, move: Move) -> None:
+        janitor, tag = self._janitor_channel(), delivery.tag
+        if move is Move.SETTLE_EXISTING:
+            self._removing(delivery, move, lambda: janitor.basic_ack(tag), f"basic_ack of {delivery.reservation_id}'s tag")
         else:
-            raise IllegalMove(f"{move.value} is not a move of this target's janitor ({'guarded' if self.guarded else 'as shipped'})")
-        return self._reservation(self._latest(delivery.tag))
+            self._removing(delivery, move, lambda: janitor.basic_reject(tag, requeue=False),
+                           f"basic_reject(requeue=False) of {delivery.reservation_id}'s tag")
 
     def _restore_visible(self, tag: str) -> None:
         """kombu's restore_visible, paged to the one message at ``tag``'s place in its own order.

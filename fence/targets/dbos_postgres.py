@@ -2,40 +2,23 @@
 
 Theory of operation
 -------------------
-A job is a DBOS workflow whose id is the job's key, enqueued on a queue of its
-own (``DBOSClient.enqueue``), with one step that writes the ticket. Every
-ledger move is the system database call DBOS's own worker or recovery makes:
+A job is a DBOS workflow whose id is its key, on a queue of its own
+(``DBOSClient.enqueue``), with one step that writes the ticket. Each ledger
+move (``fence.targets.protocol``) is the system-database call DBOS's worker or
+recovery makes: a reserve is a claim (``start_queued_workflows``: ENQUEUED to
+PENDING under a fresh executor and ownership token, ``owner_xid``); a confirm
+or failure the step's checkpoint and ``update_workflow_outcome`` (SUCCESS, or
+ERROR, which is final), both owner-checked. DBOS keeps no lease: a recovery
+service (Conductor, an operator) declares an executor dead and calls
+``recover_pending_workflows`` (``reenqueue_for_recovery``: back to ENQUEUED).
+fence plays that service: an executor is dead once a lease has passed since
+its claim, in model ticks (nothing on the server is compared with a clock on
+this path, so nothing there moves); the retry is the next claim of the row.
 
-* a **reserve** is a queue worker's claim, ``start_queued_workflows``: the row
-  goes ENQUEUED -> PENDING under a fresh executor id and a fresh ownership
-  token (``owner_xid``), and ``recovery_attempts`` counts the dispatch;
-* a **confirm** is what the worker does when the step returns: the step's
-  checkpoint (``record_operation_result``) and the workflow's outcome
-  (``update_workflow_outcome(SUCCESS)``), both owner-checked: a worker whose
-  token is no longer on the row is refused (DBOS "parks" it);
-* a **failure** (as shipped) is what the worker does when the step raises: the
-  step's error checkpoint and ``update_workflow_outcome(ERROR)``, owner-checked;
-  ERROR is final, DBOS never runs the workflow again;
-* **expiry and recovery**: DBOS keeps no lease. A workflow stays PENDING on its
-  executor until a recovery service (DBOS Conductor, or an operator) declares
-  that executor dead and calls DBOS's recovery for it
-  (``recover_pending_workflows``: ``get_pending_workflows(executor)``, then
-  ``reenqueue_for_recovery`` on each, back to ENQUEUED with no owner, on its own
-  queue). fence plays that service: an executor is dead once a lease has passed
-  since it last beat, and each attempt's executor beats once, at its claim
-  (model ticks; no instant in DBOS's tables is compared with a clock on this
-  path, so nothing on the server is moved). The retry is the next claim of the
-  same row: the naive policy's expire-and-release.
-
-Guarded (``fence.guard``): the step commits through ``guard.attempt(key,
-attempt_id)``, its attempt named by the workflow id and ``recovery_attempts``;
-``recover_dead_executor`` runs instead of DBOS's recovery: abandon the attempt
-unless it committed (``Guard.recover``), then complete the workflow
-(``update_workflow_outcome(SUCCESS)`` under the dead claim's token) or re-enqueue
-it (``reenqueue_for_recovery``). The rerun is a fresh claim with a fresh token,
-so DBOS itself refuses the stale worker's checkpoint and outcome; a fresh
-workflow id is not needed. A guarded step's failure goes to its guard
-(``_fail_through_guard``), never to DBOS's ERROR.
+Guarded: the step commits through ``guard.attempt(key, attempt_id(...))``, and
+``recover_dead_executor`` runs instead of DBOS's recovery: abandon the run
+unless it committed, then SUCCESS under the dead claim's token, or re-enqueue.
+The rerun's fresh token makes DBOS itself refuse the stale worker's writes.
 """
 
 from __future__ import annotations
@@ -52,8 +35,8 @@ from dbos._utils import INTERNAL_QUEUE_NAME
 from fence import Decision
 from fence.guard import Guard
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, Restorer, TargetLedger,
-    TargetStorage, refused_unless,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger, TargetStorage,
+    refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -131,11 +114,10 @@ class _Claim:
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
+    JOB, EITHER_RECOVERY = "key", True
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._claims: dict[str, _Claim] = {}
-        self._finished_by: dict[str, Move] = {}  # DBOS keeps no word on whether the ticket existed
-        self._held: set[str] = set()  # the guarded recovery's hold: its own record, DBOS has none
         self._rows: dict[str, dict] | None = None
         self._restoring(session.restorer)
 
@@ -148,21 +130,11 @@ class DbosLedger(TargetLedger):
             self._rows = {row["workflow_uuid"]: row for row in self._session.workflows()}
         return self._rows
 
-    def _records(self) -> dict[str, _Claim]:
-        return self._claims
-
-    def _latest(self, key: str) -> _Claim:
-        return [c for c in self._claims.values() if c.key == key][-1]
-
     def _state(self, claim: _Claim) -> ReservationState:
         row = self._workflows().get(claim.key, {})
-        if self._latest(claim.key) is not claim:
-            return S.UNUSED  # re-enqueued, and claimed again by a newer attempt
         if row.get("status") == "PENDING" and row["owner_xid"] == claim.token:
-            return S.OUTCOME_UNKNOWN if claim.reservation_id in self._held else S.RESERVED
-        if row.get("status") == "SUCCESS":
-            return S.CONFIRMED_EXISTING if self._finished_by.get(claim.key) in EXISTING_MOVES else S.CONFIRMED
-        return S.UNUSED  # ENQUEUED again (recovered), ERROR (failed), gone
+            return S.RESERVED
+        return self._confirmed(claim.key) if row.get("status") == "SUCCESS" else S.UNUSED  # ENQUEUED again, ERROR, gone
 
     def _silent(self, claim: _Claim) -> bool:
         """Has its executor been silent for a lease at the ledger's clock (the recovery service's word)?"""
@@ -175,6 +147,9 @@ class DbosLedger(TargetLedger):
         self._reading()
         pending = self._session.sys_db.get_pending_workflows(claim.executor_id, APP)
         return any(p.workflow_id == claim.key for p in pending)
+
+    def _unexpired_because(self, claim: _Claim) -> str:
+        return f"{claim.executor_id} is not dead with it PENDING"
 
     def _move_clock(self, ticks: float) -> None:
         """Nothing on the server: DBOS compares none of its stored instants with a clock on this path."""
@@ -201,69 +176,58 @@ class DbosLedger(TargetLedger):
         landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **outcome)
         refused_unless(landed, f"{status} by {claim.reservation_id}: DBOS did not record the outcome")
 
-    def _confirm(self, claim: _Claim, move: Move) -> _Claim:
+    def _confirm(self, claim: _Claim, move: Move) -> None:
         self._finish(claim, "SUCCESS")
-        self._finished_by[claim.key] = move
-        return self._latest(claim.key)
+        self._finished(claim.key, move)
 
-    def _fail(self, claim: _Claim) -> _Claim:
+    def _fail(self, claim: _Claim) -> _Claim | None:
         if self.guarded:
             return self._fail_through_guard(claim)
         self._finish(claim, "ERROR")
-        return self._latest(claim.key)
+        return None
 
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Claim:
         published = key in self._workflows()
         self._writing()
         queue = self._session.queue(key)
         if not published:
             self._session.client.enqueue({"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key,
                                           "app_version": APP}, key)
-        rid = self._next_id(key)
-        claim = _Claim(rid, key, owner, f"executor-{rid}", f"claim-{rid}", now or 0, (now or 0) + lease)
+        rid = reservation_id
+        claim = _Claim(rid, key, owner, f"executor-{rid}", f"claim-{rid}", deadline - self._lease, deadline)
         claimed, _ = self._session.sys_db.start_queued_workflows(queue, claim.executor_id, APP, None, 0,
                                                                  owner_xid=claim.token)
-        if not claimed:
-            raise IllegalMove(f"reserve {key!r} for {owner!r}: no workflow ENQUEUED on DBOS queue {key!r} to claim")
-        self._taken(key)
-        self._claims[rid] = claim
-        return self._reservation(claim)
+        refused_unless(claimed, f"reserve {key!r} for {owner!r}: no workflow ENQUEUED on DBOS queue {key!r} to claim")
+        return claim
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        claim, sys_db = self._claims[reservation_id], self._session.sys_db
-        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            if self._reservation(claim).state is not S.RESERVED or not self._past_lease(claim):
-                raise IllegalMove(f"{move.value} on {reservation_id}: {claim.executor_id} is not dead with it PENDING")
-            if move is Move.EXPIRE_AND_HOLD:
-                self._held.add(reservation_id)
-                return self._reservation(claim)
-        if move in (Move.EXPIRE_AND_RELEASE, Move.SETTLE_UNUSED):
-            self._writing()  # DBOS's recovery of the dead executor's workflow
-            refused_unless(sys_db.reenqueue_for_recovery(claim.key, [claim.executor_id], INTERNAL_QUEUE_NAME),
-                           f"{move.value} on {reservation_id}: nothing PENDING on {claim.executor_id} to re-enqueue")
-        elif move is Move.SETTLE_EXISTING:
+    def _release(self, claim: _Claim) -> None:
+        """DBOS's recovery of the dead executor's workflow: back to ENQUEUED, for the next claim."""
+        self._writing()
+        refused_unless(self._session.sys_db.reenqueue_for_recovery(claim.key, [claim.executor_id], INTERNAL_QUEUE_NAME),
+                       f"nothing PENDING on {claim.executor_id} to re-enqueue")
+
+    def _settle(self, claim: _Claim, move: Move) -> None:
+        """``recover_dead_executor``'s settle: re-enqueued, or SUCCESS under the dead claim's token."""
+        if move is Move.SETTLE_UNUSED:
+            self._release(claim)
+        else:
             self._writing()
+            sys_db = self._session.sys_db
             refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=_value(sys_db, claim.key),
                                                           owner_xid=claim.token),
-                           f"{move.value} on {reservation_id}: the workflow is no longer PENDING under its claim")
-            self._finished_by[claim.key] = move
-        else:
-            raise IllegalMove(f"{move.value} is an owner's move, not the janitor's")
-        self._failures_caught.discard(reservation_id)
-        return self._reservation(claim)
+                           f"{move.value} on {claim.reservation_id}: the workflow is no longer PENDING under its claim")
+            self._finished(claim.key, move)
+        self._failures_caught.discard(claim.reservation_id)
 
     def snapshot(self) -> tuple:
         """The workflows as far as they decide an answer (``ROW``), which steps are checkpointed (output or
         error), which outcomes stored, and fence's own records; DBOS's instants and serialized values left out."""
         workflows, _, steps, outputs = (json.loads(text) for text in self.image())
+        claims = tuple(self._records().values())
         return (tuple(sorted((w["workflow_uuid"],) + tuple(w[k] for k in ROW) for w in workflows)),
                 tuple(sorted((s["workflow_uuid"], s["function_id"], s["error"] is None) for s in steps)),
                 tuple(sorted((o["workflow_uuid"], o["error"] is None) for o in outputs)),
-                tuple(self._claims.values()), tuple(sorted((k, m.value) for k, m in self._finished_by.items())),
-                tuple(sorted(self._held)), self.failures_caught(), tuple(sorted(self._count_by_key.items())),
-                self._lease, tuple(self._silent(c) for c in self._claims.values()))
+                claims, self.bookkeeping(), tuple(self._silent(c) for c in claims))
 
 
 class Session:
@@ -329,15 +293,7 @@ class DbosStorage(TargetStorage):
     """World factories on DBOS: each world starts on emptied DBOS tables; the ticket goes to fence's in-memory
     destination (the system under test is the workflow table)."""
 
-    LEDGER = DbosLedger
-    WHAT = "a DBOS target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: DBOS runs here on PostgreSQL; give a postgresql:// URL")
-        super().__init__("memory:")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT, URL_SCHEMES = DbosLedger, Session, "a DBOS target", ("postgresql://", "postgres://")
 
 
 __all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor"]

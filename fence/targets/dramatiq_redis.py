@@ -3,57 +3,28 @@
 Theory of operation
 -------------------
 dramatiq's ``RedisBroker`` keeps a queue as a list of message ids
-(``dramatiq:KEY``) beside a hash of their data (``dramatiq:KEY.msgs``). A
-worker process is one broker with its own ``broker_id``: its fetch moves a
-message id into its own ack set (``dramatiq:__acks__.<broker_id>.KEY``), its ack
-removes it from there and deletes the data, and every command it sends stamps
-its heartbeat (``dramatiq:__heartbeats__``, milliseconds). The broker's
-recovery is the *maintenance* any command runs by chance (1,000 in a million):
-every ack set of a worker whose heartbeat is older than ``heartbeat_timeout``
-goes back on its queue, under the same message id, whether or not that worker
-still runs it: a task in a C extension that holds the GIL stops its process's
-heartbeat and is requeued mid-flight (dramatiq #692); so is a paused process or
-one cut off from Redis (dramatiq_sqs #53, #59 for the SQS broker's visibility
-timeout). A lease is therefore a worker process's heartbeat: a task stuck in a
-process whose heartbeat goes on is never recovered, by maintenance or by the
-guarded recovery below. fence drives that through its ledger protocol, every
-queue move one of dramatiq's own calls on a real Redis:
+(``dramatiq:KEY``) and a hash of their data. A worker process is a broker of
+its own ``broker_id``: a fetch moves a message id into its ack set
+(``dramatiq:__acks__.<broker_id>.KEY``), an ack removes it, and each command
+stamps its heartbeat (``dramatiq:__heartbeats__``, ms). Its recovery is the
+*maintenance* any command runs by chance: every ack set of a worker whose
+heartbeat is older than ``heartbeat_timeout`` goes back on its queue, same
+message id, whether or not the worker still runs it (dramatiq #692; dramatiq_sqs
+#53, #59). Each ledger move (``fence.targets.protocol``) is dramatiq's own call:
+a reserve ``next(broker.consume(KEY))`` by the reservation's own worker broker
+(maintenance off; one queue per key; a due retry on ``KEY.DQ`` moved to KEY
+first, as the delay-queue consumer does); a confirm ``consumer.ack``; a failure
+what ``Worker`` does when an actor raises (``emit_after("process_message")``:
+``Retries`` enqueues a retry on ``KEY.DQ``; then ack or nack); a lease expired
+when maintenance's own query lists it; as shipped, the janitor is maintenance,
+forced on a janitor broker. dramatiq refuses nothing, so a move is accepted
+only if it changed the broker's keys (``only_if_it_moves``).
 
-* a **reserve** is the reservation's own worker (a ``RedisBroker`` of its own,
-  maintenance off, so that only the janitor recovers) taking the key's message
-  with ``next(broker.consume(KEY, prefetch=1))``, after publishing it the first
-  time (``broker.enqueue``, one queue per key, so that one recovery touches one
-  reservation). First it does what a worker's delay-queue consumer does with a
-  retry on ``KEY.DQ``: past its eta, enqueued on KEY and acked there; else left
-  where it is (``requeue``);
-* a **confirm** is the worker's ``consumer.ack(message)``;
-* a lease has **expired** when maintenance's own query lists it: the worker's
-  heartbeat older than the timeout, the message id in its ack set;
-* the **janitor** as shipped (``naive``) is maintenance itself, forced
-  (``maintenance_chance=MAINTENANCE_SCALE``) on a janitor broker's ``qsize`` of
-  the key's queue;
-* a **failure** (``fail``) is what dramatiq's ``Worker`` does when an actor
-  raises: ``emit_after("process_message", message, exception=...)`` (the
-  ``Retries`` middleware enqueues a retry on ``KEY.DQ``, eta 15-30 s on), then
-  ``nack`` if the message failed for good, else ``ack``.
-
-dramatiq refuses nothing: an ack of a message no longer in the worker's ack set
-returns as quietly as any other. A move is accepted only if it changed the
-broker's keys (``only_if_it_moves``). A stale worker's ack is refused that way
-(maintenance emptied its ack set); its failure is not: ``Retries`` enqueues a
-second copy of the job whatever the worker holds.
-
-Guarded (``guarded=True``): fence.guard on the task's effect, the attempt named
-by the enqueue's ``redis_message_id`` (fresh on every enqueue), and
-``recover_stalled`` instead of maintenance (workers never run it): abandon the
-attempt unless it committed (``Guard.recover``), then ack it as its worker, or
-nack it (dead-lettered) and enqueue a fresh message, so a stale worker's late
-ack or commit can never touch the retry. A task that raises settles through the
-same ``settle`` in its guard's wrapper (``_fail_through_guard``).
-
-Time moves without sleeping: a tick is ``TICK_SECONDS`` of Redis time; moving
-the clock moves every heartbeat, dead-letter instant and retry eta back by as
-much (the image keeps them as ticks). The destination is fence's in-memory one.
+Guarded: the attempt is named by the enqueue's ``redis_message_id``, and
+``recover_stalled`` runs instead of maintenance: abandon the attempt unless it
+committed, then ack it as its worker, or nack it and enqueue a fresh message,
+so no stale ack or commit touches the retry. A tick is 60 s of Redis time:
+moving it moves heartbeats, nack instants and retry etas back.
 """
 
 from __future__ import annotations
@@ -69,11 +40,8 @@ from dramatiq.common import current_millis, dq_name, xq_name
 
 from fence import Decision
 from fence.guard import Guard
-from fence.targets.images import RedisImage, RedisSession
-from fence.targets.protocol import (
-    EXISTING_MOVES, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
-    TargetStorage, only_if_it_moves,
-)
+from fence.targets.images import RedisImage, RedisSession, ranked_ids
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of Redis time: a retry's first backoff (15-30 s) is due a tick on."""
@@ -160,10 +128,9 @@ def recover_stalled(broker: RedisBroker, guard: Guard, *, lease_seconds: float) 
     return settled
 
 
-# -- time in the broker's keys ------------------------------------------------------------------
-def _ms_timed(name: bytes) -> bool:
-    """A sorted set scored by instants in ms: heartbeats, and each dead-letter queue's nack times."""
-    return name == HEARTBEATS.encode() or name.endswith(b".XQ")
+# -- time in the broker's keys: heartbeats and nack times in ms (``images``), a retry's eta here ---------------
+MS_TIMESTAMPS = (HEARTBEATS, f"{NS}:*.XQ")
+"""Sorted sets scored by instants in ms: heartbeats, and each dead-letter queue's nack times."""
 
 
 def _with_eta(data: bytes, move) -> bytes:
@@ -173,19 +140,13 @@ def _with_eta(data: bytes, move) -> bytes:
     return message.copy(options={"eta": move(message.options["eta"])}).encode()
 
 
-def _rebased(image: RedisImage, zset, eta) -> RedisImage:
-    """``image`` with each ms-scored set's scores and each delayed retry's eta mapped (to ticks, or back)."""
-    keys = []
-    for name, kind, value in image.keys:
-        if kind == "zset" and _ms_timed(name):
-            value = tuple((member, zset(score)) for member, score in value)
-        elif kind == "hash" and name.endswith(b".DQ.msgs"):
-            value = tuple((field, _with_eta(data, eta)) for field, data in value)
-        keys.append((name, kind, value))
-    return RedisImage(tuple(keys), image.ttls)
+def _etas(image: RedisImage, move) -> RedisImage:
+    """``image`` with each delayed retry's eta mapped by ``move`` (to ticks ahead, or back to an instant)."""
+    return RedisImage(tuple((name, kind, tuple((field, _with_eta(data, move)) for field, data in value)
+                             if kind == "hash" and name.endswith(b".DQ.msgs") else value)
+                            for name, kind, value in image.keys), image.ttls)
 
 
-_IDENTITY = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _INSTANT = re.compile(rb'"(message_timestamp|requeue_timestamp)": ?\d+')
 """Instants no answer compares with the clock (no max_age): left out of the snapshot."""
 
@@ -207,37 +168,21 @@ class DramatiqLedger(TargetLedger):
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._takes: dict[str, _Take] = {}
         self._published: set[str] = set()
-        self._ended: dict[str, Move] = {}
-        """Reservations an accepted move took out of their worker's ack set, by that move."""
-        self._held: set[str] = set()
-        """Reservations the guarded recovery took from their worker (dramatiq has no such state)."""
         self._restoring(session.restorer)
 
-    # -- the image: ms instants and etas as ticks -----------------------------------------
     def dump(self) -> RedisImage:
         now, tick = current_millis(), TIME.tick_seconds * 1000
-        return _rebased(self._session.dump(), lambda ms: round((now - ms) / tick),
-                        lambda eta: math.ceil((eta - now) / tick))
+        return _etas(self._session.dump(), lambda eta: math.ceil((eta - now) / tick))
 
     def load(self, image: RedisImage) -> None:
         now, tick = current_millis(), TIME.tick_seconds * 1000
-        self._session.load(_rebased(image, lambda ticks: now - ticks * tick, lambda ticks: int(now + (ticks - 0.5) * tick)))
+        self._session.load(_etas(image, lambda ticks: int(now + (ticks - 0.5) * tick)))
 
     def snapshot(self) -> tuple:
-        ranks: dict[bytes, int] = {}
-
-        def canonical(value):
-            if isinstance(value, bytes):
-                value = _INSTANT.sub(rb'"\1":0', value)
-                return _IDENTITY.sub(lambda found: b"<id%d>" % ranks.setdefault(found.group(0), len(ranks)), value)
-            if isinstance(value, str):
-                return canonical(value.encode()).decode()
-            return tuple(canonical(part) for part in value) if isinstance(value, tuple) else value
-
-        now = self._now  # ms instants as the tick they stand at, etas as the tick they fall due
-        image = _rebased(self.image(), lambda ago: now - ago, lambda ahead: int(now + ahead))
+        canonical = ranked_ids(erase=[(_INSTANT, rb'"\1":0')])
+        now = self._now  # etas as the tick they fall due (ms instants: the database's snapshot)
+        image = _etas(self.image(), lambda ahead: int(now + ahead))
         # What decides no answer is left out: the heartbeat of a worker that holds nothing (each worker
         # fetches once), a dead-lettered message (nothing reads it back; its 7-day TTL is beyond any run),
         # and whether an outcome_unknown reservation was held by the recovery or caught by its guard
@@ -255,36 +200,25 @@ class DramatiqLedger(TargetLedger):
         held = lambda t: (acks_key(t.worker_id, t.key).encode(), t.redis_id.encode()) in holding  # noqa: E731
         takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline,
                        held(t) and t.reservation_id in self._held | self._failures_caught)
-                      for t in self._takes.values())
-        return (takes, keys, tuple(sorted((r, m.value) for r, m in self._ended.items())),
-                tuple(sorted(self._published)), tuple(sorted(self._count_by_key.items())), self._lease)
+                      for t in self._records().values())
+        return (takes, keys, self.finished_moves(), tuple(sorted(self._published)),
+                tuple(sorted(self._count_by_key.items())), self._lease)
 
     def _move_clock(self, ticks: float) -> None:
-        self._writing()
+        super()._move_clock(ticks)  # heartbeats and nack times
         client, ms = self._session.client, int(TIME.seconds(ticks) * 1000)
-        for name in client.keys(f"{NS}:*"):
-            if _ms_timed(name) and client.type(name) == b"zset":
-                for member in client.zrange(name, 0, -1):
-                    client.zincrby(name, -ms, member)
-            elif name.endswith(b".DQ.msgs"):
-                for field, data in client.hgetall(name).items():
-                    client.hset(name, field, _with_eta(data, lambda eta: eta - ms))
+        for name in client.keys(f"{NS}:*.DQ.msgs"):
+            for field, data in client.hgetall(name).items():
+                client.hset(name, field, _with_eta(data, lambda eta: eta - ms))
 
     # -- reading ------------------------------------------------------------------------
-    def _records(self) -> dict[str, _Take]:
-        return self._takes
-
     def _held_by_worker(self, take: _Take) -> bool:
         self._reading()
         return bool(self._session.client.sismember(acks_key(take.worker_id, take.key), take.redis_id))
 
     def _state(self, take: _Take) -> ReservationState:
-        if self._held_by_worker(take):
-            return S.OUTCOME_UNKNOWN if take.reservation_id in self._held else S.RESERVED
-        ended = self._ended.get(take.reservation_id)
-        if ended in (Move.CONFIRM, Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING):
-            return S.CONFIRMED_EXISTING if ended in EXISTING_MOVES else S.CONFIRMED
-        return S.UNUSED  # requeued by maintenance, failed, or dead-lettered by the recovery
+        # Out of its worker's ack set: acked, or requeued by maintenance, failed, dead-lettered by the recovery.
+        return S.RESERVED if self._held_by_worker(take) else self._finished_state(take.reservation_id)
 
     def _past_lease(self, take: _Take) -> bool:
         """Maintenance's query: the worker's heartbeat older than the timeout, the message in its ack set."""
@@ -293,6 +227,9 @@ class DramatiqLedger(TargetLedger):
         stalled = self._session.client.zrangebyscore(HEARTBEATS, 0, cutoff)
         return take.worker_id.encode() in stalled and self._held_by_worker(take)
 
+    def _unexpired_because(self, take: _Take) -> str:
+        return "maintenance's query does not list its message (or the recovery or its guard's wrapper holds it)"
+
     # -- moving -------------------------------------------------------------------------
     def _moving(self, take: _Take, call, move: Move, what: str, also=lambda: None) -> None:
         """dramatiq's ``call`` for ``take``: accepted only if it changed the worker's ack set (or ``also``)."""
@@ -300,17 +237,16 @@ class DramatiqLedger(TargetLedger):
         only_if_it_moves(lambda: (self._held_by_worker(take), also()), call,
                          f"{what} of {take.reservation_id} changed nothing: its message is no longer in its worker's "
                          "ack set, and dramatiq takes the call without a word")
-        self._ended.setdefault(take.reservation_id, move)
+        self._finished(take.reservation_id, move)
 
     def _proxy(self, take: _Take) -> dramatiq.MessageProxy:
         return dramatiq.MessageProxy(dramatiq.Message.decode(take.data))
 
-    def _confirm(self, take: _Take, move: Move) -> _Take:
+    def _confirm(self, take: _Take, move: Move) -> None:
         consumer = self._session.worker(take.reservation_id).consume(take.key, prefetch=1, timeout=0)
         self._moving(take, lambda: consumer.ack(self._proxy(take)), move, "ack")
-        return take
 
-    def _fail(self, take: _Take) -> _Take:
+    def _fail(self, take: _Take) -> _Take | None:
         if self.guarded:
             return self._fail_through_guard(take)
         worker = self._session.worker(take.reservation_id)
@@ -326,12 +262,9 @@ class DramatiqLedger(TargetLedger):
 
         delayed = lambda: self._session.client.hlen(f"{NS}:{dq_name(take.key)}.msgs")  # noqa: E731
         self._moving(take, raised, Move.FAIL, "the failure handler", also=delayed)
-        return take
+        return None
 
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
-        reservation_id = self._next_id(key)
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Take:
         worker = self._session.worker(reservation_id)
         self._writing()
         if key not in self._published:
@@ -348,44 +281,30 @@ class DramatiqLedger(TargetLedger):
         message = next(worker.consume(key, prefetch=1, timeout=0))
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: dramatiq's fetch found no message on queue {key!r}")
-        self._taken(key)
-        take = _Take(reservation_id, key, owner, worker.broker_id, message.options["redis_message_id"],
-                     message.encode(), (now or 0) + lease)
-        self._takes[reservation_id] = take
-        return self._reservation(take)
+        return _Take(reservation_id, key, owner, worker.broker_id, message.options["redis_message_id"],
+                     message.encode(), deadline)
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        take = self._takes[reservation_id]
-        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            if reservation_id in self._held | self._failures_caught or not self._past_lease(take):
-                raise IllegalMove(f"{move.value} on {reservation_id}: maintenance's query does not list its message "
-                                  "(or the recovery or its guard's wrapper holds it already)")
-            if move is Move.EXPIRE_AND_HOLD and self.guarded:
-                self._held.add(reservation_id)  # the recovery took it (fence's record)
-            elif move is Move.EXPIRE_AND_RELEASE and not self.guarded:
-                janitor = self._session.janitor
-                janitor.heartbeat_timeout = int(TIME.timeout(self._lease) * 1000)
-                self._moving(take, lambda: janitor.do_qsize(take.key), move, "maintenance")
-            else:
-                raise IllegalMove(f"{move.value} is not this row's recovery")
-        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED) and self.guarded:
-            decision = Decision.EXISTING if move is Move.SETTLE_EXISTING else Decision.UNUSED
-            worker = self._session.worker(reservation_id)
-            self._moving(take, lambda: settle(worker, dramatiq.Message.decode(take.data), decision), move, "settle")
-        else:
-            raise IllegalMove(f"{move.value} is not a move of this row's janitor")
-        return self._reservation(take)
+    def _release(self, take: _Take) -> None:
+        """Maintenance, forced on the janitor broker's qsize of the key's queue."""
+        janitor = self._session.janitor
+        janitor.heartbeat_timeout = int(TIME.timeout(self._lease) * 1000)
+        self._moving(take, lambda: janitor.do_qsize(take.key), Move.EXPIRE_AND_RELEASE, "maintenance")
+
+    def _settle(self, take: _Take, move: Move) -> None:
+        decision = Decision.EXISTING if move is Move.SETTLE_EXISTING else Decision.UNUSED
+        worker = self._session.worker(take.reservation_id)
+        self._moving(take, lambda: settle(worker, dramatiq.Message.decode(take.data), decision), move, "settle")
 
     def message_of(self, reservation_id: str) -> tuple[str, str]:
         """The worker (broker_id) and redis_message_id of the message a reservation took."""
-        return self._takes[reservation_id].worker_id, self._takes[reservation_id].redis_id
+        return self._records()[reservation_id].worker_id, self._records()[reservation_id].redis_id
 
 
 class Session(RedisSession):
     """fence's client on one Redis database; a worker broker per reservation id, one janitor broker."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(url, TIME)
+        super().__init__(url, TIME, milliseconds=MS_TIMESTAMPS)
         self._workers: dict[str, RedisBroker] = {}
         self.janitor = make_broker(self.client, maintenance_chance=MAINTENANCE_SCALE)
 
@@ -403,13 +322,7 @@ class Session(RedisSession):
 class DramatiqStorage(TargetStorage):
     """World factories on dramatiq's RedisBroker: each world starts on an emptied database."""
 
-    LEDGER = DramatiqLedger
-    WHAT = "a dramatiq target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        super().__init__("memory:")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = DramatiqLedger, Session, "a dramatiq target"
 
 
 __all__ = ["ACTOR", "HEARTBEATS", "TICK_SECONDS", "DramatiqLedger", "DramatiqStorage", "acks_key", "as_worker",

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
@@ -41,6 +42,32 @@ from typing import Callable, Iterable, Mapping
 
 from fence._errors import BackendError
 from fence.targets.protocol import ModelTime, Restorer
+
+
+# -- ids that depend on the path taken ------------------------------------------------------
+UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""A uuid4 as text: a delivery tag, a task or message id, a worker id."""
+
+
+def ranked_ids(
+    identity: re.Pattern = UUID, *, erase: Iterable[tuple[re.Pattern, bytes]] = (),
+) -> Callable[[object], object]:
+    """A renaming for one ``snapshot()``: each match of ``identity`` named ``<idN>`` by the rank of its first
+    appearance, in bytes, in str and through tuples; each ``erase`` (pattern, replacement) applied first (what
+    decides no answer, such as an instant nothing compares with the clock). Equal states reached by
+    different paths then snapshot alike; call it on fence's own records first, so that ranks follow them."""
+    ranks: dict[bytes, int] = {}
+
+    def canonical(value):
+        if isinstance(value, bytes):
+            for pattern, replacement in erase:
+                value = pattern.sub(replacement, value)
+            return identity.sub(lambda found: b"<id%d>" % ranks.setdefault(found.group(0), len(ranks)), value)
+        if isinstance(value, str):
+            return canonical(value.encode()).decode()
+        return tuple(canonical(part) for part in value) if isinstance(value, tuple) else value
+
+    return canonical
 
 
 # -- Redis ----------------------------------------------------------------------------------
@@ -77,14 +104,17 @@ _READERS = {
 }
 
 
-def dump_redis(client, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> RedisImage:
+def dump_redis(
+    client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (), milliseconds: Iterable[str | bytes] = (),
+) -> RedisImage:
     """Every key of the client's database as a ``RedisImage`` (two pipelined round trips).
 
     ``timestamps`` names the sorted sets whose scores are instants (seconds of
     the server's clock) the system compares with its clock, by name or glob
-    pattern: kept as ticks ago.
+    pattern: kept as ticks ago. ``milliseconds`` names those scored in
+    milliseconds (dramatiq's heartbeats), kept alike.
     """
-    timed = _names(timestamps)
+    timed, in_ms = _names(timestamps), _names(milliseconds)
     names = sorted(client.keys("*"))
     with client.pipeline(transaction=True) as pipe:
         for name in names:
@@ -110,7 +140,9 @@ def dump_redis(client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (
         elif kind == "set":
             value = tuple(sorted(value))
         elif kind == "zset":
-            if _timed(name, timed):
+            if _timed(name, in_ms):
+                value = tuple((member, time.ticks(now - score / 1000)) for member, score in value)
+            elif _timed(name, timed):
                 value = tuple((member, time.ticks(now - score)) for member, score in value)
             else:
                 value = tuple(value)
@@ -118,9 +150,12 @@ def dump_redis(client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (
     return RedisImage(tuple(keys), ttls)
 
 
-def load_redis(client, image: RedisImage, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> None:
+def load_redis(
+    client, image: RedisImage, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+    milliseconds: Iterable[str | bytes] = (),
+) -> None:
     """Make the client's database hold exactly ``image``: FLUSHDB and every key written back, in one transaction."""
-    timed = _names(timestamps)
+    timed, in_ms = _names(timestamps), _names(milliseconds)
     now = wall.time()
     with client.pipeline(transaction=True) as pipe:
         pipe.flushdb()
@@ -132,7 +167,9 @@ def load_redis(client, image: RedisImage, time: ModelTime, *, timestamps: Iterab
             elif kind == "set":
                 pipe.sadd(name, *value)
             elif kind == "zset":
-                if _timed(name, timed):
+                if _timed(name, in_ms):
+                    pipe.zadd(name, {member: (now - time.seconds(ticks)) * 1000 for member, ticks in value})
+                elif _timed(name, timed):
                     pipe.zadd(name, {member: now - time.seconds(ticks) for member, ticks in value})
                 else:
                     pipe.zadd(name, dict(value))
@@ -145,9 +182,12 @@ def load_redis(client, image: RedisImage, time: ModelTime, *, timestamps: Iterab
 
 MOVE_BACK = """
 local seconds = tonumber(ARGV[1])
-for _, name in ipairs(KEYS) do
+local scored_in_seconds = tonumber(ARGV[2] or #KEYS)
+for i, name in ipairs(KEYS) do
+    local by = seconds
+    if i > scored_in_seconds then by = seconds * 1000 end
     for _, member in ipairs(redis.call('ZRANGE', name, 0, -1)) do
-        redis.call('ZINCRBY', name, -seconds, member)
+        redis.call('ZINCRBY', name, -by, member)
     end
 end
 for _, name in ipairs(redis.call('KEYS', '*')) do
@@ -157,31 +197,40 @@ for _, name in ipairs(redis.call('KEYS', '*')) do
     end
 end
 """
-"""Model time moving on, in Redis, in one atomic script: timestamps back, TTLs shorter (a key past its TTL gone)."""
+"""Model time moving on, in Redis, in one atomic script: timestamps back (KEYS; after the first ARGV[2] of them,
+scored in milliseconds), TTLs shorter (a key past its TTL gone)."""
 
 
 class RedisDatabase:
     """One Redis database as a target keeps it: its image, emptied, and model time moved on it."""
 
-    def __init__(self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> None:
+    def __init__(
+        self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (),
+    ) -> None:
         self.client = client
         self.time = time
         self.timestamps = _names(timestamps)
+        self.milliseconds = _names(milliseconds)
+        """The timestamp sets scored in milliseconds (``dump_redis``)."""
         self._move_back = client.register_script(MOVE_BACK)
 
     def dump(self) -> RedisImage:
-        return dump_redis(self.client, self.time, timestamps=self.timestamps)
+        return dump_redis(self.client, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
 
     def load(self, image: RedisImage) -> None:
-        load_redis(self.client, image, self.time, timestamps=self.timestamps)
+        load_redis(self.client, image, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
 
     def empty(self) -> None:
         self.client.flushdb()
 
+    def _existing(self, patterns: frozenset[bytes]) -> list[bytes]:
+        return sorted({name for pattern in patterns for name in self.client.keys(pattern)})
+
     def move_time(self, ticks: float) -> None:
         """Model time on by ``ticks``: every timestamp set's scores that much earlier, every TTL that much shorter."""
-        names = {name for pattern in self.timestamps for name in self.client.keys(pattern)}
-        self._move_back(keys=sorted(names), args=[self.time.seconds(ticks)])
+        in_seconds, in_ms = self._existing(self.timestamps), self._existing(self.milliseconds)
+        self._move_back(keys=in_seconds + in_ms, args=[self.time.seconds(ticks), len(in_seconds)])
 
     def snapshot(
         self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
@@ -199,7 +248,7 @@ class RedisDatabase:
         for name, kind, value in image.keys:
             if leave_out and name.startswith(leave_out):
                 continue
-            if kind == "zset" and _timed(name, self.timestamps):
+            if kind == "zset" and _timed(name, self.timestamps | self.milliseconds):
                 value = tuple((member, now - ticks) for member, ticks in value)
             value = canonical(value)
             entry = (canonical(name), kind, tuple(sorted(value)) if kind in ("hash", "set", "zset") else value)
@@ -215,7 +264,10 @@ class RedisSession:
     handle on ``client``.
     """
 
-    def __init__(self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = ()) -> None:
+    def __init__(
+        self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (),
+    ) -> None:
         import redis
 
         self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
@@ -224,12 +276,16 @@ class RedisSession:
         except redis.RedisError as error:
             self.client.close()
             raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
-        self.database = RedisDatabase(self.client, time, timestamps=timestamps)
+        self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence._restore``)."""
 
     def dump(self) -> RedisImage:
         return self.database.dump()
+
+    def move_time(self, ticks: float) -> None:
+        """Model time on by ``ticks`` (``RedisDatabase.move_time``): what ``TargetLedger._move_clock`` calls."""
+        self.database.move_time(ticks)
 
     def load(self, image: RedisImage) -> None:
         self.database.load(image)
@@ -242,8 +298,23 @@ class RedisSession:
     def versions(self) -> dict[str, str]:
         return {"redis": self.client.info("server")["redis_version"]}
 
+    @cached_property
+    def loop(self):
+        """An event loop of the session's own, for a library on asyncio (arq): made on first use."""
+        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
+
+        return asyncio.new_event_loop()
+
+    def run(self, coroutine):
+        """``coroutine`` run to its end on the session's ``loop``."""
+        return self.loop.run_until_complete(coroutine)
+
     def close(self) -> None:
-        self.client.close()
+        try:
+            if "loop" in self.__dict__:
+                self.loop.close()
+        finally:
+            self.client.close()
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -308,6 +379,14 @@ class PostgresTables:
         if any(row["conforming"] != "on" for row in rows):
             raise BackendError("standard_conforming_strings is off; fence's restore needs it on")
         return {row["name"]: row["sequence"] for row in rows}
+
+    def move_time_script(self, ticks: float) -> str:
+        """Model time on by ``ticks``: every timed column that many ticks earlier (statements joined by ``;``)."""
+        seconds = self.time.seconds(ticks)
+        return ";\n".join(
+            f"UPDATE {table} SET " + ", ".join(f"{c} = {c} - make_interval(secs => {seconds})" for c in columns)
+            for table, columns in self.timed.items()
+        )
 
     def empty_statement(self) -> str:
         return f"TRUNCATE {', '.join(self.tables)} RESTART IDENTITY{' CASCADE' if self.cascade else ''}"
@@ -422,6 +501,10 @@ class PostgresSession:
     def load(self, image: SchemaImage) -> None:
         self.run(self.execute(self.image.load_script(image, self.sequences)))
 
+    def move_time(self, ticks: float) -> None:
+        """Model time on by ``ticks``: the timed columns moved back (what ``TargetLedger._move_clock`` calls)."""
+        self.run(self.execute(self.image.move_time_script(ticks)))
+
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
@@ -436,5 +519,5 @@ class PostgresSession:
             self.loop.close()
 
 
-__all__ = ["MOVE_BACK", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession", "SchemaImage",
-           "dump_redis", "literal", "load_redis"]
+__all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
+           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids"]

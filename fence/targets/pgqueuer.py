@@ -103,8 +103,7 @@ from fence import Decision
 from fence.guard import Guard, GuardedAttempt
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, StaleAttempt,
-    TargetLedger, TargetStorage, refused_unless,
+    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -292,6 +291,10 @@ class _Pick:
     queue_manager: uuid.UUID
     deadline: float
 
+    @property
+    def job_id(self) -> int:
+        return self.job.id
+
 
 class PgqueuerLedger(TargetLedger):
     """fence.Ledger's interface on pgqueuer's queue table (see the module doc).
@@ -301,13 +304,12 @@ class PgqueuerLedger(TargetLedger):
     the explorer copies it like any plug-in.
     """
 
+    JOB = "job_id"  # as shipped, a row is picked again and again
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._picks: dict[str, _Pick] = {}
         self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
         """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
-        self._finished_by: dict[int, Move] = {}
-        """Which move completed each row (pgqueuer keeps no result)."""
         self._rows: dict[int, Job] | None = None
         self._logged: dict[int, str] | None = None
         self._stale: set[tuple[int, uuid.UUID]] | None = None
@@ -337,22 +339,17 @@ class PgqueuerLedger(TargetLedger):
     def _last_logged(self, job_id: int) -> str | None:
         """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
         if self._logged is None:
-            ids = sorted({p.job.id for p in self._picks.values()})
+            ids = sorted({p.job.id for p in self._records().values()})
             self._reading()
             self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
         return self._logged.get(job_id)
 
     def _move_clock(self, ticks: float) -> None:
         """The database's clock moves on: every row's heartbeat and execute_after move back."""
-        table = self._queries.qbe.settings.qualified.queue_table
         self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
         self._restorer.claim(self)
         self._restorer.changing(self)
-        self._session.run(self._queries.driver.execute(
-            f"UPDATE {table} SET heartbeat = heartbeat - make_interval(secs => $1), "
-            "execute_after = execute_after - make_interval(secs => $1)",
-            TIME.seconds(ticks),
-        ))
+        self._session.move_time(ticks)
 
     def _stale_picks(self) -> set[tuple[int, uuid.UUID]]:
         """(job id, queue manager) of every row pgqueuer's stale_jobs lists."""
@@ -377,27 +374,18 @@ class PgqueuerLedger(TargetLedger):
         return (jobs[0], queue_manager) if jobs else None
 
     # -- reading ------------------------------------------------------------------------
-    def _latest_pick(self, job_id: int) -> _Pick:
-        """The last pick of a row (as shipped, a row is picked again and again)."""
-        return [p for p in self._picks.values() if p.job.id == job_id][-1]
-
     def _state(self, pick: _Pick) -> ReservationState:
-        if self._latest_pick(pick.job.id) is not pick:
-            return S.UNUSED  # the row was handed to a newer attempt (the stale re-pick)
         row = self._jobs().get(pick.job.id)
         if row is None:
             if self._last_logged(pick.job.id) != "successful":
                 return S.UNUSED  # logged exception (abandoned by the guarded recovery)
-            return S.CONFIRMED_EXISTING if self._finished_by.get(pick.job.id) in EXISTING_MOVES else S.CONFIRMED
+            return self._confirmed(pick.job.id)
         if row.status == "picked":
             if row.queue_manager_id == pick.queue_manager:
                 return S.RESERVED
             # Another queue manager's stale re-pick took the row: the recovery holding it, or a retry's run.
             return S.OUTCOME_UNKNOWN if self.guarded else S.UNUSED
         return S.UNUSED  # queued again: not this pick's any more
-
-    def _records(self) -> dict[str, _Pick]:
-        return self._picks
 
     def _past_lease(self, pick: _Pick) -> bool:
         """stale_jobs lists its row, with its queue manager still on it."""
@@ -428,7 +416,7 @@ class PgqueuerLedger(TargetLedger):
             return (j.id, j.entrypoint, j.payload, json.dumps(j.headers, sort_keys=True), j.priority)
 
         picks = tuple((p.reservation_id, p.key, p.owner, job(p.job), manager(p.queue_manager), p.deadline)
-                      for p in self._picks.values())
+                      for p in self._records().values())
         repicks = tuple((rid, job(j), manager(qm)) for rid, (j, qm) in self._repicks.items())
         rows = tuple(
             json.dumps({**{k: v for k, v in row.items() if k not in ("created", "updated")},
@@ -445,15 +433,12 @@ class PgqueuerLedger(TargetLedger):
         )
         counted = tuple(json.dumps({k: v for k, v in row.items() if k not in ("id", "created")}, sort_keys=True)
                         for row in statistics)
-        finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
         return (rows, logged, counted, image.sequence(0), picks, repicks, tuple(sorted(self._count_by_key.items())),
-                finished, self.failures_caught(), self._lease)
+                self.finished_moves(), self.failures_caught(), self._lease)
 
     # -- moving -------------------------------------------------------------------------
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
-        mine = [p for p in self._picks.values() if p.key == key]
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Pick:
+        mine = [p for p in self._records().values() if p.key == key]
         repicked = self._repicks.pop(mine[-1].reservation_id, None) if mine and not self.guarded else None
         if repicked is not None:
             # As shipped, the retry is the run the stale re-pick started: its task beats once as it starts.
@@ -466,63 +451,48 @@ class PgqueuerLedger(TargetLedger):
             if picked is None:
                 raise IllegalMove(f"reserve {key!r} for {owner!r}: pgqueuer's dequeue took no job for entrypoint {key!r}")
             job, queue_manager = picked
-        pick = _Pick(self._next_id(key), key, owner, job, queue_manager, (now or 0) + lease)
-        self._taken(key)
-        self._picks[pick.reservation_id] = pick
-        return self._reservation(pick)
+        return _Pick(reservation_id, key, owner, job, queue_manager, deadline)
 
-    def _confirm(self, pick: _Pick, move: Move) -> _Pick:
+    def _confirm(self, pick: _Pick, move: Move) -> None:
         """The worker's log_jobs(job, successful) on the job it was given, as pgqueuer's queue manager flushes it."""
         self._run(complete(self._queries, pick.job, "successful"))
-        self._finished_by[pick.job.id] = move
-        return self._latest_pick(pick.job.id)
+        self._finished(pick.job.id, move)
 
-    def fail(self, key: str, owner: str) -> Reservation:
-        """The worker's task raised: pgqueuer's log_failure on the job it was given (``fail_job``).
-
-        pgqueuer checks nothing but the job id: a worker never given a job for
-        the key gets StaleAttempt (fence's own record), and one whose row is gone
-        is refused because nothing moved; any other report is pgqueuer's to take.
-        """
-        mine = [p for p in self._picks.values() if p.key == key and p.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a job for that key")
-        pick = mine[-1]
-        if self.guarded:  # the guarded entrypoint catches it (settle_failure): see the module doc
-            return self._reservation(self._fail_through_guard(pick))
+    def _fail(self, pick: _Pick) -> _Pick | None:
+        """The worker's task raised: pgqueuer's log_failure on the job it was given (``fail_job``), keyed by the
+        job id alone: refused only when its row is gone (nothing moved). Guarded, the entrypoint catches it
+        (``settle_failure``): see the module doc."""
+        if self.guarded:
+            return self._fail_through_guard(pick)
         self._run(fail_job(self._queries, pick.job))
-        return self._reservation(self._latest_pick(pick.job.id))
+        return None
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        """A janitor's move: the stale re-pick (expiry), or the guarded recovery's log_jobs (settles)."""
-        pick = self._picks[reservation_id]
-        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            wanted = Move.EXPIRE_AND_HOLD if self.guarded else Move.EXPIRE_AND_RELEASE
-            if move is not wanted:
-                raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's stale re-pick here is {wanted.value}")
-            if (pick.job.id, pick.queue_manager) not in self._stale_picks():
-                raise IllegalMove(f"{move.value} on {reservation_id}: stale_jobs does not list job {pick.job.id} "
-                                  f"on the queue manager that picked it for {reservation_id}")
-            picked = self._dequeue(pick.key)
-            if picked is None or picked[0].id != pick.job.id:
-                raise IllegalMove(f"{move.value} on {reservation_id}: pgqueuer's dequeue did not re-pick job {pick.job.id}"
-                                  + (f" (it took job {picked[0].id})" if picked else ""))
-            self._repicks[reservation_id] = picked
-        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED):
-            held = self._repicks.get(reservation_id) if self.guarded else None
-            caught = self.guarded and reservation_id in self._failures_caught
-            job = held[0] if held is not None else pick.job if caught else None
-            if job is None:
-                raise IllegalMove(f"{move.value} on {reservation_id}: no recovery re-picked its job, "
-                                  "and its worker caught no failure")
-            if move is Move.SETTLE_EXISTING:
-                self._run(settle_existing(self._queries, job))
-                self._finished_by[job.id] = move
-            else:
-                self._run(settle_unused(self._queries, job))
+    def _unexpired_because(self, pick: _Pick) -> str:
+        return f"stale_jobs does not list job {pick.job.id} on the queue manager that picked it for {pick.reservation_id}"
+
+    def _release(self, pick: _Pick) -> None:
+        """pgqueuer's stale re-pick: a dequeue by a fresh queue manager (as shipped, the retry's run; guarded,
+        the recovery's)."""
+        picked = self._dequeue(pick.key)
+        if picked is None or picked[0].id != pick.job.id:
+            raise IllegalMove(f"pgqueuer's dequeue did not re-pick job {pick.job.id} for {pick.reservation_id}"
+                              + (f" (it took job {picked[0].id})" if picked else ""))
+        self._repicks[pick.reservation_id] = picked
+
+    _hold = _release
+
+    def _settle(self, pick: _Pick, move: Move) -> None:
+        """The guarded recovery's log_jobs on the row it re-picked, or on a caught failure's row."""
+        held = self._repicks.get(pick.reservation_id)
+        job = held[0] if held is not None else pick.job if pick.reservation_id in self._failures_caught else None
+        if job is None:
+            raise IllegalMove(f"{move.value} on {pick.reservation_id}: no recovery re-picked its job, "
+                              "and its worker caught no failure")
+        if move is Move.SETTLE_EXISTING:
+            self._run(settle_existing(self._queries, job))
+            self._finished(job.id, move)
         else:
-            raise IllegalMove(f"{move.value} is an owner's move, not the janitor's")
-        return self._reservation(self._latest_pick(pick.job.id))
+            self._run(settle_unused(self._queries, job))
 
 
 # -- one connection per storage, a fresh database per world ---------------------------------
@@ -562,15 +532,8 @@ class PgqueuerStorage(TargetStorage):
     there. Like ``ModelStorage``, one world at a time lives on it.
     """
 
-    LEDGER = PgqueuerLedger
-    WHAT = "a pgqueuer target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: pgqueuer runs on PostgreSQL; give a postgresql:// URL")
-        super().__init__(url, namespace="fence_targets_pgqueuer")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = PgqueuerLedger, Session, "a pgqueuer target"
+    URL_SCHEMES, DESTINATION_SCHEMA = ("postgresql://", "postgres://"), "fence_targets_pgqueuer"
 
 
 __all__ = [

@@ -72,7 +72,7 @@ from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, Reservation, ReservationState, TargetLedger,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger,
     TargetStorage,
 )
 
@@ -217,11 +217,11 @@ class ProcrastinateLedger(TargetLedger):
     so the explorer copies it like any plug-in.
     """
 
+    JOB = "job_id"  # the shipped recipe fetches one row again and again
+    EITHER_RECOVERY = True  # procrastinate's calls serve the guard's policy on the shipped storage too (tests)
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._fetches: dict[str, _Fetch] = {}
-        self._finished_by: dict[int, Move] = {}
-        """Which move finished each row (procrastinate keeps no result)."""
         self._rows: dict[int, procrastinate_jobs.Job] | None = None
         self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
         """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
@@ -243,13 +243,6 @@ class ProcrastinateLedger(TargetLedger):
             self._rows = {job.id: job for job in jobs}
         return self._rows
 
-    def _move_clock(self, ticks: float) -> None:
-        """The database's clock moves on: every worker's heartbeat moves back."""
-        self._run(self._session.app.connector.execute_query_async(
-            query="UPDATE procrastinate_workers SET last_heartbeat = last_heartbeat - make_interval(secs => %(s)s)",
-            s=TIME.seconds(ticks),
-        ))
-
     def _stalled(self) -> list[procrastinate_jobs.Job]:
         if self._lease is None:
             return []
@@ -262,22 +255,21 @@ class ProcrastinateLedger(TargetLedger):
     # -- reading ------------------------------------------------------------------------
     def _state(self, fetch: _Fetch) -> ReservationState:
         job = self._jobs().get(fetch.job_id)
-        if job is None:
-            return S.UNUSED
-        if self._latest_fetch(fetch.job_id) is not fetch:
-            return S.UNUSED  # the row was fetched again: it had gone back to todo (retry_job)
-        if job.status == "doing":
+        if job is not None and job.status == "doing":
             return S.OUTCOME_UNKNOWN if job.worker_id is None else S.RESERVED
-        if job.status == FINISHED:
-            return S.CONFIRMED_EXISTING if self._finished_by.get(job.id) in EXISTING_MOVES else S.CONFIRMED
-        return S.UNUSED  # todo (given back by retry_job), failed, aborted, cancelled
+        if job is not None and job.status == FINISHED:
+            return self._confirmed(job.id)
+        return S.UNUSED  # gone, todo (given back by retry_job), failed, aborted, cancelled
 
-    def _records(self) -> dict[str, _Fetch]:
-        return self._fetches
+    def _stalled_job(self, fetch: _Fetch) -> procrastinate_jobs.Job | None:
+        """get_stalled_jobs' answer for its job, with its worker still on it."""
+        return next((j for j in self._stalled() if j.id == fetch.job_id and j.worker_id == fetch.worker_id), None)
 
     def _past_lease(self, fetch: _Fetch) -> bool:
-        """get_stalled_jobs lists its job, with its worker still on it."""
-        return any(job.id == fetch.job_id and job.worker_id == fetch.worker_id for job in self._stalled())
+        return self._stalled_job(fetch) is not None
+
+    def _unexpired_because(self, fetch: _Fetch) -> str:
+        return f"get_stalled_jobs does not list job {fetch.job_id} on worker {fetch.worker_id}"
 
     def snapshot(self) -> tuple:
         """Everything that decides this ledger's next answers, with what varies between equal states made canonical.
@@ -308,20 +300,18 @@ class ProcrastinateLedger(TargetLedger):
         )
         periodic = tuple(json.dumps(row, sort_keys=True) for row in rows["procrastinate_periodic_defers"])
         fetches = tuple(
-            (f.reservation_id, f.key, f.owner, f.job_id, worker(f.worker_id), f.deadline) for f in self._fetches.values()
+            (f.reservation_id, f.key, f.owner, f.job_id, worker(f.worker_id), f.deadline)
+            for f in self._records().values()
         )
-        finished = tuple(sorted((job_id, move.value) for job_id, move in self._finished_by.items()))
-        return (jobs, heartbeats, periodic, image.sequence(IMAGE_TABLES.index("procrastinate_jobs")), fetches, tuple(sorted(self._count_by_key.items())),
-                finished, self.failures_caught(), self._lease)
+        return (jobs, heartbeats, periodic, image.sequence(IMAGE_TABLES.index("procrastinate_jobs")), fetches,
+                tuple(sorted(self._count_by_key.items())), self.finished_moves(), self.failures_caught(), self._lease)
 
     # -- moving -------------------------------------------------------------------------
-    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
-        self._judged_by(lease)
-        self._move_time(now)
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Fetch:
         app = self._session.app
         job_manager = app.job_manager
         waiting = [j for j in self._jobs().values() if j.queue == key and j.status == "todo"]
-        if not waiting and (self.guarded or not any(f.key == key for f in self._fetches.values())):
+        if not waiting and (self.guarded or not any(f.key == key for f in self._records().values())):
             task = app.tasks[TASK_NAME].configure(queue=key, lock=key, queueing_lock=key)
             try:
                 self._run(task.defer_async(key=key))
@@ -332,18 +322,18 @@ class ProcrastinateLedger(TargetLedger):
         if job is None:
             self._run(job_manager.unregister_worker(worker))
             raise IllegalMove(f"reserve {key!r} for {owner!r}: procrastinate's fetch_job found no job to run in queue {key!r}")
-        fetch = _Fetch(self._next_id(key), key, owner, job.id, worker, (now or 0) + lease)
-        self._taken(key)
-        self._fetches[fetch.reservation_id] = fetch
-        return self._reservation(fetch)
+        return _Fetch(reservation_id, key, owner, job.id, worker, deadline)
 
-    def _confirm(self, fetch: _Fetch, move: Move) -> _Fetch:
+    def _finish(self, job_id: int, status: procrastinate_jobs.Status, move: Move | None = None) -> None:
+        self._run(finish(self._session.app.job_manager, job_id, status))
+        if move is not None:
+            self._finished(job_id, move)
+
+    def _confirm(self, fetch: _Fetch, move: Move) -> None:
         """The worker's finish_job(job, succeeded) on the row it fetched, as procrastinate's worker calls it."""
-        self._run(finish(self._session.app.job_manager, fetch.job_id, procrastinate_jobs.Status.SUCCEEDED))
-        self._finished_by[fetch.job_id] = move
-        return self._latest_fetch(fetch.job_id)
+        self._finish(fetch.job_id, procrastinate_jobs.Status.SUCCEEDED, move)
 
-    def _fail(self, fetch: _Fetch) -> _Fetch:
+    def _fail(self, fetch: _Fetch) -> _Fetch | None:
         """procrastinate's worker when the task raises: the task's retry strategy decides retry_job or finish_job(failed).
 
         As ``Worker._process_job`` and ``_persist_job_status`` do it, on the job
@@ -366,55 +356,39 @@ class ProcrastinateLedger(TargetLedger):
         job_retry = app.tasks[job.task_name].get_retry_exception(exception=raised, job=job)
         decision = job_retry.retry_decision if job_retry else None
         if decision is None:
-            self._run(finish(app.job_manager, job.id, procrastinate_jobs.Status.FAILED))
+            self._finish(job.id, procrastinate_jobs.Status.FAILED)
         else:
-            try:
-                self._run(app.job_manager.retry_job(job, retry_at=decision.retry_at, priority=decision.priority,
-                                                    queue=decision.queue, lock=decision.lock))
-            except procrastinate_errors.ConnectorException as error:
-                raise IllegalMove(f"procrastinate refused retry_job({job.id}): {refusal(error)}") from None
-        return self._latest_fetch(fetch.job_id)
+            self._retry(job, retry_at=decision.retry_at, priority=decision.priority, queue=decision.queue,
+                        lock=decision.lock)
+        return None
 
-    def apply(self, reservation_id: str, move: Move) -> Reservation:
-        """A janitor's move, made with procrastinate's calls on the reservation's row."""
-        fetch = self._fetches[reservation_id]
-        job_manager = self._session.app.job_manager
-        if move in (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD):
-            stalled = [j for j in self._stalled() if j.id == fetch.job_id and j.worker_id == fetch.worker_id]
-            if not stalled:
-                raise IllegalMove(
-                    f"{move.value} on {reservation_id}: get_stalled_jobs does not list job {fetch.job_id} "
-                    f"on worker {fetch.worker_id}"
-                )
-            if move is Move.EXPIRE_AND_RELEASE:
-                self._release(stalled[0])
-            else:
-                self._run(hold(job_manager, stalled[0]))
-        elif move is Move.SETTLE_EXISTING:
-            self._run(finish(job_manager, fetch.job_id, procrastinate_jobs.Status.SUCCEEDED))
-            self._finished_by[fetch.job_id] = move
-        elif move is Move.SETTLE_UNUSED:
-            job = self._jobs().get(fetch.job_id)
-            if job is None:
-                raise IllegalMove(f"{move.value} on {reservation_id}: job {fetch.job_id} is gone")
-            self._release(job)
-        else:
-            raise IllegalMove(f"{move.value} is an owner's move, not the janitor's")
-        return self._reservation(self._latest_fetch(fetch.job_id))
-
-    def _release(self, job: procrastinate_jobs.Job) -> None:
-        job_manager = self._session.app.job_manager
-        if self.guarded:
-            self._run(finish(job_manager, job.id, procrastinate_jobs.Status.FAILED))
-            return
-        try:  # the documented recipe: the same row back to todo
-            self._run(job_manager.retry_job(job))
+    def _retry(self, job: procrastinate_jobs.Job, **retry) -> None:
+        try:  # the same row back to todo
+            self._run(self._session.app.job_manager.retry_job(job, **retry))
         except procrastinate_errors.ConnectorException as error:
             raise IllegalMove(f"procrastinate refused retry_job({job.id}): {refusal(error)}") from None
 
-    def _latest_fetch(self, job_id: int) -> _Fetch:
-        """The last fetch of a row (the shipped recipe fetches one row again and again)."""
-        return [f for f in self._fetches.values() if f.job_id == job_id][-1]
+    def _give_back(self, job: procrastinate_jobs.Job) -> None:
+        if self.guarded:  # the guard's retry defers a fresh row
+            self._finish(job.id, procrastinate_jobs.Status.FAILED)
+        else:
+            self._retry(job)  # the documented recipe: the same row back to todo
+
+    def _release(self, fetch: _Fetch) -> None:
+        self._give_back(self._stalled_job(fetch))
+
+    def _hold(self, fetch: _Fetch) -> None:
+        self._run(hold(self._session.app.job_manager, self._stalled_job(fetch)))
+
+    def _settle(self, fetch: _Fetch, move: Move) -> None:
+        """``recover_stalled_jobs``' settle: finish_job succeeded, or the row given back."""
+        if move is Move.SETTLE_EXISTING:
+            self._finish(fetch.job_id, procrastinate_jobs.Status.SUCCEEDED, move)
+            return
+        job = self._jobs().get(fetch.job_id)
+        if job is None:
+            raise IllegalMove(f"{move.value} on {fetch.reservation_id}: job {fetch.job_id} is gone")
+        self._give_back(job)
 
 
 # -- one connection per storage, a fresh database per world ---------------------------------
@@ -458,15 +432,8 @@ class ProcrastinateStorage(TargetStorage):
     Like ``ModelStorage``, one world at a time lives on it.
     """
 
-    LEDGER = ProcrastinateLedger
-    WHAT = "a procrastinate target"
-
-    def __init__(self, url: str, *, guarded: bool) -> None:
-        if not url.startswith(("postgresql://", "postgres://")):
-            raise BackendError(f"{url!r}: procrastinate runs on PostgreSQL; give a postgresql:// URL")
-        super().__init__(url, namespace="fence_targets")
-        self.guarded = guarded
-        self._open_session(lambda: Session(url))
+    LEDGER, SESSION, WHAT = ProcrastinateLedger, Session, "a procrastinate target"
+    URL_SCHEMES, DESTINATION_SCHEMA = ("postgresql://", "postgres://"), "fence_targets"
 
 
 __all__ = [

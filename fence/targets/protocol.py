@@ -44,23 +44,30 @@ rest. A target is three pieces:
   ``free``, ``held``
       units not held and held (properties).
 
-  ``TargetLedger`` gives ``get``, ``reservations``, ``current``, ``held``,
-  ``free``, ``owner_move`` (and ``confirm``/``confirm_existing``), ``fail`` and
-  ``expired`` from five methods of the subclass: ``_records()`` (its own record
-  of each reservation it took, by id, in order: anything with
-  ``reservation_id``, ``key``, ``owner``, ``deadline``), ``_state(record)``
-  (what the system says of one), ``_past_lease(record)`` (does the system's
-  own expiry query list it), ``_confirm(record, move)`` (the worker's
-  completion call) and ``_fail(record)`` (the worker's failure handler; there
-  is no default: a target states what its system does when a task raises, or
-  refuses every report with ``IllegalMove`` in its own words). Its ``time`` (a
-  ``ModelTime``) maps model time onto the server's, and
-  ``_move_clock(ticks)`` is where the subclass moves the system's stored times.
+  ``TargetLedger`` gives every member from methods of the subclass that each
+  make one of the system's calls: ``_take(key, owner, reservation_id,
+  deadline)`` (a worker taking the key's job: the record of it, anything with
+  ``reservation_id``, ``key``, ``owner``, ``deadline``; the ledger keeps them
+  by id, in order, in ``_records()``), ``_state(record)`` (what the system
+  says of one), ``_past_lease(record)`` (does the system's own expiry query
+  list it), ``_confirm(record, move)`` (the worker's completion call),
+  ``_fail(record)`` (the worker's failure handler; there is no default: a
+  target states what its system does when a task raises, or refuses every
+  report with ``IllegalMove`` in its own words), and the janitor's
+  ``_release(record)`` (as shipped: the system's recovery), ``_hold(record)``
+  and ``_settle(record, move)`` (guarded: the guard's recovery). ``JOB`` names
+  the record's field for the system's job, so that a reservation whose job a
+  newer one took reads ``unused`` and a stale worker's call that reaches the
+  newer one reports it. ``_finished(job, move)`` keeps which move finished a
+  job where the system does not. Its ``time`` (a ``ModelTime``) maps model
+  time onto the server's, and ``_move_clock(ticks)`` moves the system's
+  stored times (the session's ``move_time`` by default).
 
 * a **storage** (subclass ``TargetStorage``): ``url -> storage`` with
   ``destination_factory``, ``ledger_factory`` and ``close``; each world it makes
   starts on an emptied server. It opens one *session* on the server (with
-  ``empty()``, ``versions()``, ``close()``) and names its ledger class.
+  ``empty()``, ``versions()``, ``close()``): naming its ledger, session and
+  URL schemes (``LEDGER``, ``SESSION``, ``URL_SCHEMES``) is the whole storage.
 
 * a **row** (``fence.targets.Target``) naming the storage, the model policy the
   system claims and how its recovery and time work.
@@ -139,6 +146,8 @@ from fence.backends import ModelStorage
 T = TypeVar("T")
 CONFIRMS = (Move.CONFIRM, Move.CONFIRM_EXISTING)
 """The owner's moves: a worker's completion, reporting a new effect or one that existed."""
+EXPIRIES = (Move.EXPIRE_AND_RELEASE, Move.EXPIRE_AND_HOLD)
+"""The janitor's moves on an expired lease: the system's own recovery, or the guard's hold."""
 EXISTING_MOVES = frozenset({Move.CONFIRM_EXISTING, Move.SETTLE_EXISTING})
 """The moves after which a reservation is ``confirmed_existing`` (a system keeps no such result)."""
 
@@ -205,9 +214,11 @@ class TargetLedger(Restorable):
 
     A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
     first and ``self._restoring(session.restorer)`` last in its constructor, and
-    implements ``_records``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
-    ``_move_clock``, ``reserve``, ``apply`` and ``snapshot``; ``dump`` and ``load`` are the
-    session's (``images.RedisSession`` has them) unless it overrides them.
+    implements ``_take``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
+    the janitor's ``_release`` / ``_hold`` / ``_settle`` its rows make, and
+    ``snapshot``; ``reserve`` and ``apply`` (or ``_records`` and
+    ``_move_clock``) only where the defaults do not fit. ``dump`` and ``load``
+    are the session's (``images.RedisSession`` has them) unless it overrides them.
     """
 
     SHARED = ("_session",)
@@ -222,14 +233,51 @@ class TargetLedger(Restorable):
         self._lease: float | None = None
         """The lease every reservation is judged by, in ticks (one per ledger)."""
         self._count_by_key: dict[str, int] = {}
+        self._taken_by_id: dict[str, TakenReservation] = {}
+        """Each reservation taken, by id, in order (what ``_records()`` returns unless a subclass keeps its own)."""
+        self._finished_by: dict[object, Move] = {}
+        """Which move finished each job (``_finished``): many systems keep no word of it."""
+        self._held: set[str] = set()
+        """Reservations the guarded recovery took from their worker (``EXPIRE_AND_HOLD``), where the system
+        itself shows them still running: reported ``outcome_unknown``."""
         self._failures_caught: set[str] = set()
         """Reservations whose task raised into its guard's wrapper, not yet settled (``_fail_through_guard``).
 
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
 
     # -- what a subclass gives ------------------------------------------------------------
+    JANITOR = "this row's janitor"
+    """Who makes the janitor's moves, in refusals."""
+    EITHER_RECOVERY = False
+    """Does each row take both recoveries? By default the shipped row takes only the system's own
+    (``EXPIRE_AND_RELEASE``) and the guarded row only the guard's (``EXPIRE_AND_HOLD`` and the settles);
+    True where the system's calls serve both on either row (a test may drive the guard's policy on the
+    shipped storage)."""
+    JOB = "reservation_id"
+    """The field of a record that names the system's job: a reservation whose job a newer one took is
+    ``unused`` (``_newest``). By default each reservation is its own job."""
+
     def _records(self) -> dict[str, TakenReservation]:
-        raise NotImplementedError
+        return self._taken_by_id
+
+    def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> TakenReservation:
+        """A worker taking the key's job with the system's own calls (publishing it first when there is none):
+        the record of what it took. ``IllegalMove`` when the system gives it nothing."""
+        raise NotImplementedError(f"{type(self).__name__} takes no job: implement _take, or reserve itself")
+
+    def _release(self, record: TakenReservation) -> None:
+        """As shipped: the system's own recovery of the expired ``record`` (``EXPIRE_AND_RELEASE``)."""
+        raise IllegalMove(f"{type(self).__name__} has no release of an expired lease")
+
+    def _hold(self, record: TakenReservation) -> None:
+        """Guarded: the recovery taking the expired ``record`` from its worker (``EXPIRE_AND_HOLD``) with the
+        system's calls. By default only fence's record (``_held``): the system has no such state."""
+
+    def _settle(self, record: TakenReservation, move: Move) -> None:
+        """Guarded: the recovery's settle of ``record`` (``SETTLE_EXISTING`` or ``SETTLE_UNUSED``) with the
+        system's calls, for a job the recovery holds or its guard's wrapper caught; ``IllegalMove`` to refuse.
+        A caught failure stays in ``failures_caught()`` unless the subclass discards it here."""
+        raise IllegalMove(f"{type(self).__name__} has no settle")
 
     def _state(self, record: TakenReservation) -> ReservationState:
         raise NotImplementedError
@@ -277,8 +325,10 @@ class TargetLedger(Restorable):
         return tuple(sorted(self._failures_caught))
 
     def _move_clock(self, ticks: float) -> None:
-        """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write."""
-        raise NotImplementedError
+        """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write: by default
+        the session's ``move_time`` (``images.RedisSession``'s and ``images.PostgresSession``'s have one)."""
+        self._writing()
+        self._session.move_time(ticks)
 
     # -- the server ----------------------------------------------------------------------------
     def dump(self) -> object:
@@ -322,11 +372,49 @@ class TargetLedger(Restorable):
     def _taken(self, key: str) -> None:
         self._count_by_key[key] = self._count_by_key.get(key, 0) + 1
 
+    def _finished(self, job: object, move: Move) -> None:
+        """Remember that ``move`` finished ``job`` (see ``_confirmed`` and ``_finished_state``); the first
+        such move stays (a system that refuses nothing may take a second one that changes nothing of it)."""
+        self._finished_by.setdefault(job, move)
+
+    def _confirmed(self, job: object) -> ReservationState:
+        """A job the system reports done: ``confirmed_existing`` if the move that finished it said the effect
+        existed (``EXISTING_MOVES``), else ``confirmed``."""
+        existing = self._finished_by.get(job) in EXISTING_MOVES
+        return ReservationState.CONFIRMED_EXISTING if existing else ReservationState.CONFIRMED
+
+    def _finished_state(self, job: object) -> ReservationState:
+        """A job the system reports finished without saying how: what fence's own record of the finishing move
+        says (a confirm or an existing effect's settle: confirmed; a failure, an abandon, none: ``unused``)."""
+        move = self._finished_by.get(job)
+        if move in EXISTING_MOVES or move is Move.CONFIRM:
+            return self._confirmed(job)
+        return ReservationState.UNUSED
+
+    def finished_moves(self) -> tuple[tuple[object, str], ...]:
+        """``_finished_by`` as a value, for ``snapshot()``."""
+        return tuple(sorted((job, move.value) for job, move in self._finished_by.items()))
+
+    def bookkeeping(self) -> tuple:
+        """What of the ledger's state this class keeps, as a value for ``snapshot()``: the finishing moves,
+        the held reservations, the caught failures, the reservations counted per key and the lease."""
+        return (self.finished_moves(), tuple(sorted(self._held)), self.failures_caught(),
+                tuple(sorted(self._count_by_key.items())), self._lease)
+
     # -- reading ---------------------------------------------------------------------------
+    def _newest(self, record: TakenReservation) -> TakenReservation:
+        """The newest reservation of ``record``'s job (``JOB``): the one the system's answers about it concern."""
+        job = getattr(record, self.JOB)
+        return [r for r in self._records().values() if getattr(r, self.JOB) == job][-1]
+
     def _reservation(self, record: TakenReservation) -> Reservation:
-        state = self._state(record)
-        if state is ReservationState.RESERVED and record.reservation_id in self._failures_caught:
-            state = ReservationState.OUTCOME_UNKNOWN  # the system still runs it; its guard's wrapper holds it
+        if self._newest(record) is not record:
+            state = ReservationState.UNUSED  # its job was taken again by a newer reservation
+        else:
+            state = self._state(record)
+            if state is ReservationState.RESERVED and (record.reservation_id in self._failures_caught
+                                                      or record.reservation_id in self._held):
+                state = ReservationState.OUTCOME_UNKNOWN  # the system still runs it; the recovery or the guard holds it
         return Reservation(record.reservation_id, record.key, record.owner, record.deadline, state)
 
     def get(self, reservation_id: str) -> Reservation:
@@ -356,28 +444,69 @@ class TargetLedger(Restorable):
             and (r := self._reservation(record)).state is ReservationState.RESERVED
         ]
 
-    # -- the owner's moves -----------------------------------------------------------------
+    # -- the moves ---------------------------------------------------------------------------
+    def reserve(self, key: str, owner: str, now: float | None, lease: float) -> Reservation:
+        """A worker takes the key's job (``_take``) at ``now``, for a lease of ``lease`` ticks."""
+        self._judged_by(lease)
+        self._move_time(now)
+        record = self._take(key, owner, self._next_id(key), (now or 0) + lease)
+        self._taken(key)
+        self._records()[record.reservation_id] = record
+        return self._reservation(record)
+
+    def apply(self, reservation_id: str, move: Move) -> Reservation:
+        """A janitor's move with the system's recovery: the row's expiry (``_release`` as shipped, ``_hold``
+        guarded) on a reserved lease the system's expiry query lists, or a guarded settle (``_settle``)."""
+        record = self._records()[reservation_id]
+        either = self.EITHER_RECOVERY
+        if move in (EXPIRIES if either else (Move.EXPIRE_AND_HOLD,) if self.guarded else (Move.EXPIRE_AND_RELEASE,)):
+            refused_unless(self._reservation(record).state is ReservationState.RESERVED and self._past_lease(record),
+                           f"{move.value} on {reservation_id}: {self._unexpired_because(record)}")
+            if move is Move.EXPIRE_AND_HOLD:
+                self._hold(record)
+                self._held.add(reservation_id)
+            else:
+                self._release(record)
+        elif move in (Move.SETTLE_EXISTING, Move.SETTLE_UNUSED) and (self.guarded or either):
+            self._settle(record, move)
+        else:
+            raise IllegalMove(f"{move.value} on {reservation_id}: not a move of {self.JANITOR} "
+                              f"({'guarded' if self.guarded else 'as shipped'})")
+        return self._reservation(self._newest(record))
+
+    def _unexpired_because(self, record: TakenReservation) -> str:
+        """Why an expiry of ``record`` is refused, in the system's words."""
+        return "the system's expiry query does not list it"
+
+    def _given(self, key: str, owner: str, what: str) -> TakenReservation:
+        """The newest reservation ``owner`` took of ``key``; StaleAttempt if it was never given the key's job."""
+        mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
+        if not mine:
+            raise StaleAttempt(f"{what} {key!r} by {owner!r}: it was never given a job for that key")
+        return mine[-1]
+
     def owner_move(self, key: str, owner: str, move: Move) -> Reservation:
-        """The worker's completion on the job it was given (``_confirm``); a stranger gets StaleAttempt."""
+        """The worker's completion on the job it was given (``_confirm``); a stranger gets StaleAttempt.
+
+        Reported is the newest reservation of the job the call reached: a stale
+        worker's completion that lands on a retry's job reports the retry's.
+        """
         if move is Move.FAIL:
             return self.fail(key, owner)
         if move not in CONFIRMS:
             raise IllegalMove(f"{move.value} is the janitor's move, not an owner's")
-        mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"{move.value} {key!r} by {owner!r}: it was never given a job for that key")
-        return self._reservation(self._confirm(mine[-1], move))
+        record = self._given(key, owner, move.value)
+        return self._reservation(self._newest(self._confirm(record, move) or record))
 
     def fail(self, key: str, owner: str) -> Reservation:
         """The worker's task raised: the system's failure handler on the job it was given (``_fail``).
 
         A worker that never held the key gets StaleAttempt; whether the system
         lets this worker's job fail is the handler's to say (``IllegalMove``).
+        Reported as ``owner_move`` reports.
         """
-        mine = [r for r in self._records().values() if r.key == key and r.owner == owner]
-        if not mine:
-            raise StaleAttempt(f"fail {key!r} by {owner!r}: it was never given a job for that key")
-        return self._reservation(self._fail(mine[-1]))
+        record = self._given(key, owner, "fail")
+        return self._reservation(self._newest(self._fail(record) or record))
 
     def confirm(self, key: str, owner: str) -> Reservation:
         return self.owner_move(key, owner, Move.CONFIRM)
@@ -390,15 +519,39 @@ class TargetLedger(Restorable):
 class TargetStorage(ModelStorage):
     """A target's storage: fence's destination (``ModelStorage``) beside one session on the job system.
 
-    A subclass sets ``guarded`` and opens its session (with ``empty``,
-    ``versions`` and ``close``) through ``_open_session`` in its constructor,
-    after ``ModelStorage``'s own, and names its ledger class (``LEDGER``, made
-    as ``LEDGER(session, capacity, guarded=...)``) and itself (``WHAT``, for the
-    one error a pickling attempt gets).
+    A subclass names its ledger class (``LEDGER``, made as ``LEDGER(session,
+    capacity, guarded=...)``), itself (``WHAT``: "a dramatiq target", for its
+    errors) and its session class (``SESSION``, made as ``SESSION(url)``, with
+    ``empty``, ``versions`` and ``close``); then ``Storage(url, guarded=...)``
+    checks the URL's scheme (``URL_SCHEMES``), makes the destination (fence's
+    in-memory one, or its SQL one on the same server in the schema
+    ``DESTINATION_SCHEMA``) and opens the session. A subclass with a
+    constructor of its own (and no ``SESSION``) calls ``ModelStorage``'s
+    through ``super().__init__(destination_url)``, sets ``guarded`` and opens
+    its session through ``_open_session``.
     """
 
     LEDGER: type[TargetLedger]
     WHAT: str
+    SESSION: Callable[[str], object] | None = None
+    URL_SCHEMES: tuple[str, ...] = ()
+    """The URL schemes the system runs on (``("redis://",)``); empty: any."""
+    DESTINATION_SCHEMA: str | None = None
+    """None: the task's effect goes to fence's in-memory destination; else to fence's SQL destination on the
+    system's own server (PostgreSQL), in this schema."""
+
+    def __init__(self, url: str, *, guarded: bool = False, **destination) -> None:
+        if self.SESSION is None:  # a constructor of the subclass's own: this is ModelStorage's
+            super().__init__(url, **destination)
+            return
+        if self.URL_SCHEMES and not url.startswith(self.URL_SCHEMES):
+            raise BackendError(f"{url!r}: {self.WHAT} runs on a {' or '.join(self.URL_SCHEMES)} URL")
+        if self.DESTINATION_SCHEMA is None:
+            super().__init__("memory:")
+        else:
+            super().__init__(url, namespace=self.DESTINATION_SCHEMA)
+        self.guarded = guarded
+        self._open_session(lambda: self.SESSION(url))
 
     def _open_session(self, open_session: Callable[[], object]) -> None:
         try:
@@ -431,7 +584,7 @@ class TargetStorage(ModelStorage):
 
 
 __all__ = [
-    "CONFIRMS", "EXISTING_MOVES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
+    "CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
     "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
     "StaleAttempt", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
     "refused_unless", "writes",
