@@ -51,6 +51,7 @@ CRASH_POLICIES = ("naive", "reconcile")
 
 
 def crash_boundary(engine: Engine, trials: int, lease: float, progress: Progress = quiet) -> list[VariantResult]:
+    """A worker crashes at each of the engine's crash points, under naive and reconcile: one row each."""
     variants = []
     for name in CRASH_POLICIES:
         for crash in engine.crash_points:
@@ -68,6 +69,7 @@ DELAYED_POLICIES = ("naive", "reconcile", "fenced", "witness", "abandon")
 
 
 def delayed_commit(engine: Engine, trials: int, lease: float, progress: Progress = quiet) -> list[VariantResult]:
+    """A slow worker commits after its lease ran out, under each janitor policy: one row each."""
     variants = []
     for name in DELAYED_POLICIES:
         variant = VariantResult("delayed-commit", f"MODE={name}", lease=lease)
@@ -88,6 +90,8 @@ CONTENTION_POLICY = "reconcile"
 
 
 def contention(engine: Engine, trials: int, lease: float, progress: Progress = quiet) -> list[VariantResult]:
+    """Many workers, two slots, one crashed holder, over a sweep of leases; engines that offer
+    ``contention_trial`` only (``engine.experiments`` names it)."""
     variants = []
     for multiple in CONTENTION_LEASES:
         this_lease = multiple * lease

@@ -76,8 +76,19 @@ def expect(variant: VariantResult, name: str, want: int) -> None:
         variant.differences.append(f"{variant.experiment} {variant.label}: {name}={got}, the article has {want}")
 
 
-def _totals(variant: VariantResult) -> dict[str, int]:
-    return {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
+def _sum_row(variant: VariantResult, trials: int, columns: tuple[tuple[str, str, bool], ...],
+             timing: tuple[str, str], clean: tuple[str, ...]) -> None:
+    """The row's totals and SUMMARY line: ``columns`` are (total, trial count, shown out of the trials),
+    then the spread of one of the trials' times, as (shown as, time), then the ``clean`` counts."""
+    shown_as, time = timing
+    total = {k: sum(t.counts[k] for t in variant.trials) for k in variant.trials[0].counts}
+    variant.totals = {name: total[count] for name, count, _ in columns} | {name: total[name] for name in clean}
+    variant.summary = (
+        f"SUMMARY {variant.label} trials={trials} "
+        + "".join(f"{name}={total[count]}{f'/{trials}' if out_of else ''} " for name, count, out_of in columns)
+        + f"{shown_as}={spread([t.times[time] for t in variant.trials])}"
+        + "".join(f" {name}={total[name]}" for name in clean)
+    )
 
 
 def close_crash_variant(variant: VariantResult, policy: str, after: bool, trials: int,
@@ -87,21 +98,12 @@ def close_crash_variant(variant: VariantResult, policy: str, after: bool, trials
     ``after``: the crash left an effect behind. ``clean`` names extra counts
     that must be 0 (the process runs' drain problems).
     """
-    total = _totals(variant)
-    variant.totals = {
-        "duplicate_writes_total": total["duplicates"],
-        "capacity_returned_while_effect_exists": total["returned_with_effect"],
-        "capacity_returned": total["released"],
-        **{name: total[name] for name in clean},
-    }
-    variant.summary = (
-        f"SUMMARY {variant.label} trials={trials} "
-        f"duplicate_writes_total={total['duplicates']} "
-        f"capacity_returned_while_effect_exists={total['returned_with_effect']}/{trials} "
-        f"capacity_returned={total['released']}/{trials} "
-        f"expiry={spread([t.times['expiry'] for t in variant.trials])}"
-        + "".join(f" {name}={total[name]}" for name in clean)
+    columns = (
+        ("duplicate_writes_total", "duplicates", False),
+        ("capacity_returned_while_effect_exists", "returned_with_effect", True),
+        ("capacity_returned", "released", True),
     )
+    _sum_row(variant, trials, columns, ("expiry", "expiry"), clean)
     if policy == "naive":
         expect(variant, "duplicate_writes_total", trials if after else 0)
         expect(variant, "capacity_returned_while_effect_exists", trials if after else 0)
@@ -126,20 +128,12 @@ DELAYED_EXPECTED = {
 
 def close_delayed_variant(variant: VariantResult, policy: str, trials: int, clean: tuple[str, ...] = ()) -> None:
     """Totals, SUMMARY and the article's expectations for one delayed-commit row (threads or processes)."""
-    total = _totals(variant)
-    variant.totals = {
-        "duplicate_writes_total": total["duplicates"],
-        "early_capacity_release": total["early_release"],
-        "capacity_released": total["released"],
-        **{name: total[name] for name in clean},
-    }
-    variant.summary = (
-        f"SUMMARY {variant.label} trials={trials} duplicate_writes_total={total['duplicates']} "
-        f"early_capacity_release={total['early_release']}/{trials} "
-        f"capacity_released={total['released']}/{trials} "
-        f"loser_wasted={spread([t.times['wasted'] for t in variant.trials])}"
-        + "".join(f" {name}={total[name]}" for name in clean)
+    columns = (
+        ("duplicate_writes_total", "duplicates", False),
+        ("early_capacity_release", "early_release", True),
+        ("capacity_released", "released", True),
     )
+    _sum_row(variant, trials, columns, ("loser_wasted", "wasted"), clean)
     duplicates, early = DELAYED_EXPECTED[policy]
     expect(variant, "duplicate_writes_total", trials if duplicates else 0)
     expect(variant, "early_capacity_release", trials if early else 0)
