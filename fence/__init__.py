@@ -15,21 +15,19 @@ The public surface. The private modules each own one concern:
 * ``_counterexample`` steps, Mermaid and JSON forms of a counterexample; replay
 * ``_bench``        benchmarks that write their figures into evidence/
 * ``_evidence``     the one header and the one atomic writer of evidence/ files
-* ``_realclock``    the only module with real threads and the monotonic clock:
-                    the article's experiments and the real-clock replay
-* ``_processes``    worker and janitor OS processes on a backend, SIGKILL, the fleet bench
 * ``_pictures``     timelines of the experiments (matplotlib, optional)
 * ``_checking``     both engines on policies and plug-ins, as ``check``, ``verdicts`` and ``testing`` run them
 * ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
 * ``_lockstep``     two worlds driven by the same actions and compared after every step
 * ``_observer``     the one observer of ground truth: facts recorded, findings per invariant
-* ``_live``         a real-clock run (threads, processes, agents) recorded as facts and
-                    judged by the same invariants
 * ``_worker``       the worker's life as one table (phases, moves, the confirm rule)
 * ``_draws``        Hypothesis draws that ignore source-code constants (reproducible verdicts)
 * ``_output``       where a command's files go (--out, --record, a fresh temporary directory)
 * ``_pool``         tasks on worker processes that a Ctrl-C stops at once and quietly
 * ``_protocol``     a plug-in's answers checked where fence receives them (``PluginBroken``)
+* ``live/``         live runs on the real clock, recorded as facts and judged by the same
+                    invariants: threads, OS processes under SIGKILL, the article's
+                    experiments on either, the fleet bench, the real-clock replay
 * ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
 * ``targets/``      real job systems (procrastinate) driven as the model's ledger, and
                     judged like it (``fence targets``, ``_targets_cli``)

@@ -1,14 +1,14 @@
 """``fence experiments`` and ``fence replay``: the real-clock commands.
 
 ``experiments`` runs the article's three experiments on threads (see
-``fence._realclock``), prints one line per trial and SUMMARY lines, and writes
+``fence.live.experiments`` and ``fence.live.thread_trials``), prints one line per trial and SUMMARY lines, and writes
 them to ``--out`` with the command line, the date and the versions, plus a
 timeline picture per experiment when matplotlib (the ``plots`` extra) is there.
 Exit 0 when every count matches the article, 1 when one differs, 2 for bad input.
 
 With ``--processes`` the crash-boundary and delayed-commit experiments run with
 workers and janitor as OS processes on a SQLite or PostgreSQL backend, crashes
-as SIGKILLs (``fence._processes``), and write ``processes-<backend>.txt``.
+as SIGKILLs (``fence.live.process_trials``), and write ``processes-<backend>.txt``.
 
 ``replay`` plays a counterexample written by ``fence verdicts`` on real threads.
 Exit 0 when the invariant broke for real, 1 when it did not, 2 for bad input.
@@ -25,9 +25,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from fence import _evidence, _output, _realclock
+from fence import _evidence, _output
 from fence._arguments import seconds
 from fence._errors import BadInput
+from fence.live import EXPERIMENTS, THREADS, replay_real
+from fence.live.results import quiet
 
 FULL_LEASE = 1.0
 QUICK_LEASE = 0.2
@@ -68,7 +70,7 @@ def _tick(text: str) -> float:
 def experiments_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=_trials, default=None, help="trials per variant (default 5, as the article)")
     parser.add_argument("--quick", action="store_true", help=f"for CI: {QUICK_LEASE:g}s base lease, fewer sweep trials")
-    parser.add_argument("--only", choices=list(_realclock.EXPERIMENTS), help="run one experiment")
+    parser.add_argument("--only", choices=list(EXPERIMENTS), help="run one experiment")
     _output.add_options(parser, record="evidence/experiments/", out_help="where the text and pictures go")
     parser.add_argument("--lease-seconds", type=_lease, help="base lease in seconds (default 1.0; --quick 0.2)")
     parser.add_argument("--no-pictures", action="store_true", help="write the text evidence only")
@@ -97,7 +99,7 @@ _write_atomically = _evidence.write_atomically
 
 def _progress(stream):
     if not stream.isatty():
-        return _realclock._quiet
+        return quiet
 
     def show(message: str) -> None:
         stream.write(f"\r\x1b[K[{message}]")
@@ -114,7 +116,7 @@ def cmd_experiments(args) -> int:
     quick = args.quick
     trials = args.trials or 5
     lease = args.lease_seconds or (QUICK_LEASE if quick else FULL_LEASE)
-    names = [args.only] if args.only else list(_realclock.EXPERIMENTS)
+    names = [args.only] if args.only else list(THREADS.experiments)
     out = _output.directory(args, "experiments", _output.EVIDENCE / "experiments")
     pictures = not args.no_pictures and _pictures_available()
     command = _command_line(args)
@@ -122,11 +124,11 @@ def cmd_experiments(args) -> int:
     progress = _progress(sys.stderr)
     differences: list[str] = []
     for name in names:
-        run = _realclock.EXPERIMENTS[name]
+        run = EXPERIMENTS[name]
         if name == "contention" and quick:
-            variants = run(min(trials, QUICK_SWEEP_TRIALS), lease, progress)
+            variants = run(THREADS, min(trials, QUICK_SWEEP_TRIALS), lease, progress)
         else:
-            variants = run(trials, lease, progress)
+            variants = run(THREADS, trials, lease, progress)
         if sys.stderr.isatty():
             sys.stderr.write("\r\x1b[K")
         lines = [f"== {name} (base lease {lease:g}s) =="]
@@ -193,7 +195,7 @@ def cmd_replay(args) -> int:
     if args.postgres or args.redis:
         raise BadInput(f"--postgres and --redis are for a target's counterexample; {args.file} was found on fence's "
                        "model, which replays in memory on threads: drop them")
-    result = _realclock.replay_real(Path(args.file), tick=args.tick if args.tick is not None else 0.05)
+    result = replay_real(Path(args.file), tick=args.tick if args.tick is not None else 0.05)
     from fence._invariants import BY_NAME
 
     inv = BY_NAME[result.invariant]
@@ -215,31 +217,32 @@ def cmd_replay(args) -> int:
 # -- processes: the experiments and the fleet ---------------------------------------------
 def _backend_line(url: str) -> str:
     """What the backend is, for the evidence header."""
-    from fence._processes import describe_backend
+    from fence.live.databases import describe_backend
 
     return f"# backend: {describe_backend(url)}"
 
 
 def cmd_process_experiments(args) -> int:
-    from fence import _processes
+    from fence.live.databases import backend_url
+    from fence.live.process_trials import Processes
 
-    if args.only and args.only not in _processes.EXPERIMENTS:
-        raise BadInput(f"--only {args.only} does not run on processes; use {' or '.join(_processes.EXPERIMENTS)}")
+    if args.only and args.only not in Processes.experiments:
+        raise BadInput(f"--only {args.only} does not run on processes; use {' or '.join(Processes.experiments)}")
     kind = args.backend or "sqlite"
     trials = args.trials or 5
     lease = args.lease_seconds or (QUICK_PROCESS_LEASE if args.quick else FULL_LEASE)
-    names = [args.only] if args.only else list(_processes.EXPERIMENTS)
+    names = [args.only] if args.only else list(Processes.experiments)
     _output.precheck(args)
     command = _command_line(args)
     progress = _progress(sys.stderr)
     differences: list[str] = []
     lines: list[str] = []
-    with _processes.backend_url(kind, args.url) as (url, _restartable):
+    with backend_url(kind, args.url) as (url, _restartable):
         # Made (and named) once the backend answered: a bad URL is one line, with nothing made.
         out = _output.directory(args, "experiments", _output.EVIDENCE / "experiments")
         backend_line = _backend_line(url)
         for name in names:
-            variants = _processes.EXPERIMENTS[name](url, trials, lease, progress)
+            variants = EXPERIMENTS[name](Processes(url), trials, lease, progress)
             if sys.stderr.isatty():
                 sys.stderr.write("\r\x1b[K")
             block = [f"== {name} on processes, {kind} (base lease {lease:g}s) =="]
@@ -262,8 +265,9 @@ def cmd_process_experiments(args) -> int:
 
 def cmd_fleet(args) -> int:
     """``fence bench fleet``: exit 0 when every run is clean, 1 when not, 2 for bad input."""
-    from fence import _processes
     from fence._policies import POLICIES
+    from fence.live.databases import backend_url, restart_postgres
+    from fence.live.fleet_bench import fleet
 
     kind = args.backend or "sqlite"
     policies = args.policy or ["abandon-fenced", "naive"]
@@ -276,7 +280,7 @@ def cmd_fleet(args) -> int:
     command = _output.command_line(f"fence bench fleet --backend {kind}")
     progress = _progress(sys.stderr)
     results = []
-    with _processes.backend_url(kind, args.url) as (url, restartable):
+    with backend_url(kind, args.url) as (url, restartable):
         wants_restart = args.restart_db if args.restart_db is not None else kind == "postgres"
         if wants_restart and not restartable:
             if args.restart_db:
@@ -286,11 +290,11 @@ def cmd_fleet(args) -> int:
             note = "not applicable: SQLite has no server to restart (each SIGKILLed writer is a crash of the database's user)"
         else:
             note = "scripts/postgres.sh restart (pg_ctl restart -m fast) once half the jobs are confirmed" if wants_restart else "not asked"
-        restart = (lambda: _processes.restart_postgres(url)) if wants_restart and restartable else None
+        restart = (lambda: restart_postgres(url)) if wants_restart and restartable else None
         out = _output.report_file(args, "bench fleet", f"fleet-{kind}.txt")  # once the backend answered
         backend_line = _backend_line(url)
         for name in policies:
-            result = _processes.fleet(
+            result = fleet(
                 url, name, workers=args.workers or 8, jobs=args.jobs or 2000, lease=args.lease_seconds or 1.0,
                 kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
                 seed=args.seed, time_limit=args.time_limit, progress=progress,

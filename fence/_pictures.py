@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fence import _evidence
-from fence._realclock import Event, VariantResult
+from fence.live.results import Event, VariantResult
 
 
 def available() -> bool:

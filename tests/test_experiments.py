@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from fence import _realclock
 from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
+from fence.live import THREADS, experiments
 from tests.real_runs import ON_THREADS
 
 
@@ -39,17 +39,17 @@ def _by_label(variants):
 
 @pytest.fixture(scope="module")
 def crash():
-    return _by_label(_realclock.crash_boundary(TRIALS, LEASE))
+    return _by_label(experiments.crash_boundary(THREADS, TRIALS, LEASE))
 
 
 @pytest.fixture(scope="module")
 def delayed():
-    return _by_label(_realclock.delayed_commit(TRIALS, LEASE))
+    return _by_label(experiments.delayed_commit(THREADS, TRIALS, LEASE))
 
 
 @pytest.fixture(scope="module")
 def contention():
-    return _by_label(_realclock.contention(QUICK_SWEEP_TRIALS, LEASE))
+    return _by_label(experiments.contention(THREADS, QUICK_SWEEP_TRIALS, LEASE))
 
 
 def _kinds(trial, kind, lane=None):
@@ -168,7 +168,7 @@ def test_contention_inheritor_starts_only_after_the_crashed_units_lease(contenti
     reserved "waited" 0.075 s of a 0.1 s lease. Orderings on one clock cannot.
     """
     rows = [v for label, v in contention.items() if label != "SWEEP"]
-    assert [v.lease for v in rows] == [m * LEASE for m in _realclock.CONTENTION_LEASES]
+    assert [v.lease for v in rows] == [m * LEASE for m in experiments.CONTENTION_LEASES]
     for variant in rows:
         for trial in variant.trials:
             t = trial.times
@@ -191,10 +191,10 @@ def test_contention_duplicates_only_where_a_healthy_lease_ran_out(contention):
             continue
         for trial in variant.trials:
             counts = trial.counts
-            assert counts["settled_jobs"] == _realclock.CONTENTION_WORKERS, trial.line
+            assert counts["settled_jobs"] == experiments.CONTENTION_WORKERS, trial.line
             assert counts["duplicates"] == counts["healthy_released"], (trial.line, counts)
             if counts["healthy_expired"] == 0:
-                assert counts["jobs_done"] == _realclock.CONTENTION_WORKERS and counts["duplicates"] == 0, trial.line
+                assert counts["jobs_done"] == experiments.CONTENTION_WORKERS and counts["duplicates"] == 0, trial.line
             if counts["healthy_released"] == 0:
                 assert trial.broken == {}, (trial.line, trial.broken)
 
@@ -209,7 +209,7 @@ def test_contention_sweep_reports_the_measured_median_wait_per_lease(contention)
     assert f"inheritor_waited={','.join(f'{m:.3f}' for m in medians)}s " in summary
 
 
-BROKEN_ON_THREADS = ON_THREADS  # judged by the same INVARIANTS as the models (fence._live)
+BROKEN_ON_THREADS = ON_THREADS  # judged by the same INVARIANTS as the models (fence.live.facts)
 
 
 @pytest.mark.realclock

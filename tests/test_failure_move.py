@@ -17,7 +17,7 @@ from fence import POLICIES, Ledger, Move, PluginBroken, ReservationState
 from fence._explore import Outcome, explore
 from fence._invariants import FAILURE_DANGERS, required_dangers
 from fence._machines import machine_for
-from fence._realclock import AttemptSpec, Fleet
+from fence.live import AttemptSpec, ThreadRun
 from fence._verdicts import profile_settings, survey_config
 from fence._world import (
     Deliver,
@@ -199,29 +199,29 @@ def test_hypothesis_reaches_the_failure_danger_and_finds_the_naive_policy_violat
 @pytest.mark.parametrize(("policy", "broken"), [("naive", {"no_release_while_effect_exists"}), ("abandon-fenced", set())])
 def test_a_real_worker_that_fails_after_its_effect_is_settled_by_the_janitor_loop(policy, broken):
     """Real threads: the failure report reaches the ledger long before the lease ends; the janitor loop settles it."""
-    fleet = Fleet(POLICIES[policy], lease=30.0)
-    fleet.start()
-    fleet.launch(AttemptSpec("job1", "job1#1", work=0.0, fail="after-effect"))
-    assert fleet.wait(timeout=20.0)
-    record = fleet.records["job1#1"]
+    run = ThreadRun(POLICIES[policy], lease=30.0)
+    run.start()
+    run.launch(AttemptSpec("job1", "job1#1", work=0.0, fail="after-effect"))
+    assert run.wait(timeout=20.0)
+    record = run.records["job1#1"]
     assert record.failed == "outcome_unknown"
-    assert fleet.run.observer.reached["failure_after_effect"] == 1
+    assert run.facts.observer.reached["failure_after_effect"] == 1
     # Settled before the lease could expire: by the failure, not by expiry.
-    assert fleet.expired_owners == []
-    assert set(fleet.run.judge(teardown=False)) == broken
+    assert run.expired_owners == []
+    assert set(run.facts.judge(teardown=False)) == broken
 
 
 @pytest.mark.realclock
 def test_a_real_worker_whose_failure_comes_after_the_janitor_took_its_lease_is_refused():
     """Real threads: a report after the janitor held the expired lease is refused by the ledger and recorded."""
-    fleet = Fleet(POLICIES["abandon-fenced"], lease=0.01)
-    fleet.start()
+    run = ThreadRun(POLICIES["abandon-fenced"], lease=0.01)
+    run.start()
     # Its work outlasts the lease a hundredfold, so the janitor holds the lease before the report.
-    fleet.launch(AttemptSpec("job1", "job1#1", work=1.0, fail="before-effect"))
-    assert fleet.wait(timeout=20.0)
-    assert fleet.records["job1#1"].failed == "refused"
-    assert fleet.run.observer.reached["failure_refused"] == 1
-    assert fleet.expired_owners == ["job1#1"]
+    run.launch(AttemptSpec("job1", "job1#1", work=1.0, fail="before-effect"))
+    assert run.wait(timeout=20.0)
+    assert run.records["job1#1"].failed == "refused"
+    assert run.facts.observer.reached["failure_refused"] == 1
+    assert run.expired_owners == ["job1#1"]
 
 
 class _LedgerWithoutFail:

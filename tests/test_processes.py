@@ -15,8 +15,10 @@ import sys
 
 import pytest
 
-from fence import _processes
 from fence._experiments_cli import QUICK_PROCESS_LEASE
+from fence.live import crash_boundary, delayed_commit
+from fence.live.fleet_bench import fleet
+from fence.live.process_trials import Processes
 from tests.real_runs import BROKEN
 
 
@@ -40,12 +42,12 @@ def url(request, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def crash(url):
-    return {v.label: v for v in _processes.crash_boundary(url, TRIALS, LEASE)}
+    return {v.label: v for v in crash_boundary(Processes(url), TRIALS, LEASE)}
 
 
 @pytest.fixture(scope="module")
 def delayed(url):
-    return {v.label: v for v in _processes.delayed_commit(url, TRIALS, LEASE)}
+    return {v.label: v for v in delayed_commit(Processes(url), TRIALS, LEASE)}
 
 
 @pytest.mark.realclock
@@ -141,8 +143,8 @@ def test_a_small_fleet_under_sigkills_loses_nothing(url):
     # Kills follow the attempts, not the clock: a kill every 0.05 s outran the
     # fleet on a busy machine (PostgreSQL, 60 s, not finished). The time limit
     # is only a guard against a hang; the pytest timeout is 300 s.
-    result = _processes.fleet(url, "abandon-fenced", workers=4, jobs=200, lease=0.5, kill_every=None,
-                              kill_every_attempts=5, time_limit=240)
+    result = fleet(url, "abandon-fenced", workers=4, jobs=200, lease=0.5, kill_every=None,
+                   kill_every_attempts=5, time_limit=240)
     assert result.finished, result.lines()
     assert result.kills >= 3, "the run must really kill workers"
     assert result.audit.problems == [], result.lines()

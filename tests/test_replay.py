@@ -12,7 +12,7 @@ import pytest
 from fence import _counterexample
 from fence._errors import BadInput
 from fence._invariants import BY_NAME
-from fence._realclock import replay_real
+from fence.live import replay_real
 
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
 

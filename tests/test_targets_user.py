@@ -27,7 +27,7 @@ from fence._errors import BadInput
 from fence._invariants import BY_NAME
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
-from fence._realclock import replay_real
+from fence.live import replay_real
 from fence._world import Action, ModelConfig
 from fence.testing import check_target, replay_target
 

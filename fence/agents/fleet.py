@@ -32,7 +32,7 @@ Faults are injected into the tool, inside the real Agent run:
 
 A fault applies to a job's first attempt only; retries are healthy. Every
 reserve, commit, confirm, crash and janitor move is written down as a fact in a
-``fence._live.LiveRun``, and the report's verdicts are the models' own
+``fence.live.facts.LiveRun``, and the report's verdicts are the models' own
 ``INVARIANTS`` judged on those facts: no audit here asks the destination or the
 ledger what happened.
 """
@@ -52,7 +52,7 @@ from fence._destination import CommitResult, TicketService
 from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
 from fence._janitor import Janitor, Settlement
 from fence._ledger import Ledger, Reservation, ReservationState
-from fence._live import LiveRun
+from fence.live.facts import LiveRun
 from fence._policies import Decision, JanitorPolicy
 from fence._worker import ALIVE_PHASES, CONFIRM_MOVES
 from fence.agents.budget import TokenBudget, call_limit
@@ -93,7 +93,7 @@ class FleetReport:
     turned_away: list[str] = field(default_factory=list)
     """Jobs never started because the quota was spent (not a failure of the policy)."""
     broken: dict[str, str] = field(default_factory=dict)
-    """The invariants the run's facts broke, with how (fence._invariants, judged by fence._live)."""
+    """The invariants the run's facts broke, with how (fence._invariants, judged by fence.live.facts)."""
 
     @property
     def duplicates(self) -> int:

@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 The model ``World`` decides every step itself. The real-clock engines do not:
-worker threads (``fence._realclock``), OS processes (``fence._processes``) and
-strands agents (``fence.agents.fleet``) act on their own, and the engine only
+worker threads (``fence.live.threads``), OS processes (``fence.live.children``)
+and strands agents (``fence.agents.fleet``) act on their own, and the engine only
 learns what they did. ``LiveRun`` is where an engine writes those facts down,
 in the order it learned them:
 
@@ -47,6 +47,11 @@ SETTLED_MOVES = {
     ReservationState.CONFIRMED_EXISTING: Move.SETTLE_EXISTING,
 }
 """The janitor's settle move, from the state the ledger reported it reached."""
+
+SETTLED = frozenset({ReservationState.CONFIRMED, ReservationState.CONFIRMED_EXISTING})
+"""Where a job's reservation ends when its effect is paid for."""
+OPEN = frozenset({ReservationState.RESERVED, ReservationState.OUTCOME_UNKNOWN})
+"""States a janitor must still act on."""
 
 
 @dataclass
