@@ -170,8 +170,8 @@ from fence._minimise import replay_actions
 from fence._policies import FENCE_POLICY_TYPES, JanitorPolicy
 from fence._policy_twins import PolicyNotKeyable, keyable_problem, rename
 from fence._state_key import (
-    PLUGIN_PARTS_FROM, answer_nobody_waits_for, canonical_renaming, generic_state_key, state_key, up_to_janitors,
-    whole_state,
+    PLUGIN_PARTS_FROM, answer_nobody_waits_for, canonical_renaming, generic_key_of, generic_parts, generic_state_key,
+    state_key, up_to_janitors, whole_state,
 )
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._visited import (
@@ -545,6 +545,8 @@ class WorldWalk:
         plain = by_whole_state or root.fast_copy_is_faithful()
         self.fingerprint = of_plain if plain else Fingerprints()
         self.judge_step = StepJudge(step_invariants)
+        self._by_parts: dict[tuple, int] = {}
+        """A user's plug-ins: generic parts -> the fingerprint of their key (``_generic_fingerprint``)."""
 
     def root_key(self) -> int:
         """The root's fingerprint (``fence._visited``)."""
@@ -559,18 +561,47 @@ class WorldWalk:
         again what that state's key decides (``StepJudge``).
         """
         fingerprint = self.fingerprint
-        if self.by_whole_state or not world.fast_copy_is_faithful():
+        if self.by_whole_state:
             for action, child, key, broken in _successors(
                 world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state,
             ):
                 yield action, child, fingerprint(key), broken
             return
         judge, symmetry = self.judge_step, self.symmetry
+        if not world.fast_copy_is_faithful():
+            # A user's plug-ins: ``_successors``' steps, each child's fingerprint found from its
+            # generic parts (``_generic_fingerprint``).
+            for action in up_to_janitors(world, world.enabled_actions()):
+                child = world.clone(history=False)
+                child.apply(action)
+                broken = judge(child, known, reached)
+                yield action, child, self._generic_fingerprint(child), broken
+            return
         for action in up_to_janitors(world, world.enabled_actions()):
             child = world.clone(history=False)
             child.apply(action)
             key = fingerprint(state_key(child, symmetry))
             yield action, child, key, judge(child, known, reached, key in visited)
+
+    GENERIC_KEPT = 200_000
+    """Generic parts remembered with their fingerprint at most (forgotten all at once: always safe)."""
+
+    def _generic_fingerprint(self, world: World) -> int:
+        """The fingerprint of ``state_key(world, symmetry)`` for a world with a user's plug-ins.
+
+        That key, and so its fingerprint, is a function of the world's generic parts
+        (``generic_key_of``; the walk's jobs and symmetry never change, nor does its
+        ``Fingerprints``, whose numbers are never forgotten): most transitions lead to
+        a state seen before by the same names, whose fingerprint is then looked up
+        rather than its symmetric form found and written out again.
+        """
+        raw = generic_parts(world)
+        found = self._by_parts.get(raw)
+        if found is None:
+            if len(self._by_parts) >= self.GENERIC_KEPT:
+                self._by_parts.clear()
+            found = self._by_parts[raw] = self.fingerprint(generic_key_of(raw, world.jobs, self.symmetry))
+        return found
 
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:

@@ -173,16 +173,20 @@ def generic_state_key(world: World, symmetry: bool = False) -> tuple:
     names as mere labels, is not trusted: ``FaithfulnessCheck`` tests both on
     the run (a merge of two renamed states is replayed with the names renamed).
     """
-    raw = _generic_parts(world)
-    if not symmetry or len(world.jobs) < 2:
+    return generic_key_of(generic_parts(world), world.jobs, symmetry)
+
+
+def generic_key_of(raw: tuple, jobs: list[str], symmetry: bool) -> tuple:
+    """``generic_state_key`` of a world whose parts (``generic_parts``) are ``raw``: a function of ``raw`` alone."""
+    if not symmetry or len(jobs) < 2:
         return raw
     # Most transitions reach a state seen before, by the same names: its form is known.
-    jobs = tuple(world.jobs)
+    jobs = tuple(jobs)
     form = _FORMS.get((jobs, raw))
     if form is None:
         if len(_FORMS) >= _FORMS_KEPT:
             _FORMS.clear()
-        form = _FORMS[(jobs, raw)] = symmetric_form(raw, world.jobs)[0]
+        form = _FORMS[(jobs, raw)] = symmetric_form(raw, list(jobs))[0]
     return form
 
 
@@ -195,7 +199,7 @@ PLUGIN_PARTS_FROM = 9
 """The index in a generic key from which its parts are the plug-ins' snapshots (fence's records come first)."""
 
 
-def _generic_parts(world: World) -> tuple:
+def generic_parts(world: World) -> tuple:
     """``generic_state_key`` without symmetry: fence's records, then (from ``PLUGIN_PARTS_FROM``) the plug-ins'."""
     observer = world.observer
     # The same reductions as the fast key, for the parts fence owns: a finished
