@@ -227,11 +227,13 @@ def generic_parts(world: World) -> tuple:
                 a.ack._value_ if phase is acked else "",
                 a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
             ))
-    network = _multiset(
+    # ``answer_nobody_waits_for``, written out: asked of every message of every key.
+    ack, commit_sent, phases = MessageKind.ACK, Phase.COMMIT_SENT, world.attempts
+    network = _multiset([
         (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
         for m in world.network
-        if not answer_nobody_waits_for(world, m.kind._value_, m.attempt)
-    )
+        if m.kind is not ack or phases[m.attempt].phase is commit_sent
+    ])
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
     # answer object is kept with its janitor.
@@ -268,11 +270,17 @@ def generic_parts(world: World) -> tuple:
     policy_snapshot = getattr(world.policy, "snapshot", None)
     return (
         # The retry queue counts per job (retries are taken by job), in any order.
-        world.now, attempts, network, _multiset(world.retry_queue), _multiset(world.follow_ups),
+        world.now, attempts, network,
+        _multiset(world.retry_queue) if world.retry_queue else _NONE,
+        _multiset(world.follow_ups) if world.follow_ups else _NONE,
         held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
+
+
+_NONE = frozenset()
+"""``_multiset`` of nothing."""
 
 
 def symmetric_form(raw: tuple, jobs: list[str]) -> tuple[tuple, dict[str, str]]:
