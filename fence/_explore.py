@@ -162,7 +162,7 @@ from fence import _protocol, _transitions
 from fence._abstract import AbstractWalk, replayable
 from fence._counterexample import Counterexample
 from fence._counterexample import to_json as counterexample_json
-from fence._destination import Destination, Guards
+from fence._destination import Destination, Guards, TicketService
 from fence._drain_judge import DrainJudge, drain_plainly
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, StepJudge, _Found, required_dangers
 from fence._ledger import Ledger, Move
@@ -569,13 +569,15 @@ class WorldWalk:
             return
         judge, symmetry = self.judge_step, self.symmetry
         if not world.fast_copy_is_faithful():
-            # A user's plug-ins: ``_successors``' steps, each child's fingerprint found from its
-            # generic parts (``_generic_fingerprint``).
+            # A user's plug-ins: the same steps, each child's fingerprint found from its generic
+            # parts (``_generic_fingerprint``). Invariant 3's present reading (phases, commits in
+            # flight, abandon promises) is fence's records, which the generic key holds too, so a
+            # key seen before is judged as fence's own parts' are (``StepJudge``).
             for action in up_to_janitors(world, world.enabled_actions()):
                 child = world.clone(history=False)
                 child.apply(action)
-                broken = judge(child, known, reached)
-                yield action, child, self._generic_fingerprint(child), broken
+                key = self._generic_fingerprint(child)
+                yield action, child, key, judge(child, known, reached, key in visited)
             return
         for action in up_to_janitors(world, world.enabled_actions()):
             child = world.clone(history=False)
@@ -933,7 +935,7 @@ def _plugin_answers(world: World) -> list[tuple]:
     identities = sorted({a.identity for a in world.attempts.values()})
     keys = list(world.jobs)
     answers: list[tuple] = []
-    asked = _protocol.deepcopy({"destination": destination})["destination"]
+    asked = _copy_of(destination, "destination")
     for round_ in range(3):
         answers += [("lookup", key, asked.lookup(key)) for key in keys]
         answers += [("attempt_state", i, _said(asked.attempt_state(i))) for i in identities]
@@ -945,7 +947,7 @@ def _plugin_answers(world: World) -> list[tuple]:
             ("commit", (attempt.identity, attempt.key, "a revised ticket")),
             ("abandon_unless_committed", (attempt.identity,)),
         ):
-            fresh = _protocol.deepcopy({"destination": destination})["destination"]
+            fresh = _copy_of(destination, "destination")
             try:
                 said = _said(getattr(fresh, call)(*arguments))
             except Exception as error:  # a refusal by exception is an answer too
@@ -953,20 +955,29 @@ def _plugin_answers(world: World) -> list[tuple]:
             answers.append((call, arguments, said, len(fresh.effects())))
     # The order a ledger lists reservations in is not state: the key sorts them, and
     # nothing in the model depends on it (two paths that reserve in turn list them apart).
-    read = _protocol.deepcopy({"ledger": ledger})["ledger"]
+    read = _copy_of(ledger, "ledger")
     answers.append(("free", read.free))
     listed = sorted(read.reservations(), key=lambda r: r.reservation_id)
     answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in listed]
     answers.append(("expired", frozenset(r.reservation_id for r in read.expired(world.now))))
     for reservation in listed:
         for move in Move:
-            fresh = _protocol.deepcopy({"ledger": ledger})["ledger"]
+            fresh = _copy_of(ledger, "ledger")
             try:
                 said = fresh.apply(reservation.reservation_id, move).state.value
             except Exception as error:
                 said = type(error).__name__
             answers.append(("apply", reservation.reservation_id, move.value, said))
     return answers
+
+
+def _copy_of(part, kind: str):
+    """An independent copy of a ledger or destination: fence's own by its own copy, a plug-in deep-copied."""
+    if type(part) is Ledger:
+        return part.copy()
+    if type(part) is TicketService:
+        return part.clone()
+    return _protocol.deepcopy({kind: part})[kind]
 
 
 def _said(answer) -> object:
