@@ -56,7 +56,10 @@ def copy_with_records(part, memo: dict, records: frozenset[str], values: frozens
     class with ``__slots__`` (state outside ``__dict__``) gets the standard deep copy.
     """
     cls = type(part)
-    if any("__slots__" in vars(klass) for klass in cls.__mro__[:-1]):
+    slotted = _SLOTTED.get(cls)
+    if slotted is None:
+        slotted = _SLOTTED[cls] = any("__slots__" in vars(klass) for klass in cls.__mro__[:-1])
+    if slotted:
         return copy._reconstruct(part, memo, *part.__reduce_ex__(4))
     other = object.__new__(cls)
     memo[id(part)] = other
@@ -73,12 +76,18 @@ def copy_with_records(part, memo: dict, records: frozenset[str], values: frozens
 
 
 _ATOMIC = frozenset({str, int, float, bool, type(None)})
+_SLOTTED: dict[type, bool] = {}
+"""Per class: does it (or a base of it) declare ``__slots__``? A class's bases never change."""
 
 
 def _holds_only(container, values: frozenset[type]) -> bool:
+    # The types are gathered by ``map`` and compared as sets, in C: a copy is made per explored transition.
     kind = type(container)
     if kind is dict:
-        return all(type(k) is str for k in container) and all(type(v) in values for v in container.values())
+        return _STR_ONLY.issuperset(map(type, container)) and values.issuperset(map(type, container.values()))
     if kind is list:
-        return all(type(v) in values for v in container)
+        return values.issuperset(map(type, container))
     return False
+
+
+_STR_ONLY = frozenset({str})

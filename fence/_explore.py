@@ -162,7 +162,7 @@ from fence import _protocol, _transitions
 from fence._abstract import AbstractWalk, replayable
 from fence._counterexample import Counterexample
 from fence._counterexample import to_json as counterexample_json
-from fence._destination import Destination, Guards
+from fence._destination import Destination, Guards, TicketService
 from fence._drain_judge import DrainJudge, drain_plainly
 from fence._invariants import BY_NAME, INVARIANTS, Invariant, StepJudge, _Found, required_dangers
 from fence._ledger import Ledger, Move
@@ -170,8 +170,8 @@ from fence._minimise import replay_actions
 from fence._policies import FENCE_POLICY_TYPES, JanitorPolicy
 from fence._policy_twins import PolicyNotKeyable, keyable_problem, rename
 from fence._state_key import (
-    PLUGIN_PARTS_FROM, answer_nobody_waits_for, canonical_renaming, generic_state_key, state_key, up_to_janitors,
-    whole_state,
+    PLUGIN_PARTS_FROM, answer_nobody_waits_for, canonical_renaming, generic_key_of, generic_parts, generic_state_key,
+    state_key, up_to_janitors, whole_state,
 )
 from fence._transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence._visited import (
@@ -545,6 +545,8 @@ class WorldWalk:
         plain = by_whole_state or root.fast_copy_is_faithful()
         self.fingerprint = of_plain if plain else Fingerprints()
         self.judge_step = StepJudge(step_invariants)
+        self._by_parts: dict[tuple, int] = {}
+        """A user's plug-ins: generic parts -> the fingerprint of their key (``_generic_fingerprint``)."""
 
     def root_key(self) -> int:
         """The root's fingerprint (``fence._visited``)."""
@@ -559,18 +561,49 @@ class WorldWalk:
         again what that state's key decides (``StepJudge``).
         """
         fingerprint = self.fingerprint
-        if self.by_whole_state or not world.fast_copy_is_faithful():
+        if self.by_whole_state:
             for action, child, key, broken in _successors(
                 world, self.symmetry, self.step_invariants, known, reached, self.by_whole_state,
             ):
                 yield action, child, fingerprint(key), broken
             return
         judge, symmetry = self.judge_step, self.symmetry
+        if not world.fast_copy_is_faithful():
+            # A user's plug-ins: the same steps, each child's fingerprint found from its generic
+            # parts (``_generic_fingerprint``). Invariant 3's present reading (phases, commits in
+            # flight, abandon promises) is fence's records, which the generic key holds too, so a
+            # key seen before is judged as fence's own parts' are (``StepJudge``).
+            for action in up_to_janitors(world, world.enabled_actions()):
+                child = world.clone(history=False)
+                child.apply(action)
+                key = self._generic_fingerprint(child)
+                yield action, child, key, judge(child, known, reached, key in visited)
+            return
         for action in up_to_janitors(world, world.enabled_actions()):
             child = world.clone(history=False)
             child.apply(action)
             key = fingerprint(state_key(child, symmetry))
             yield action, child, key, judge(child, known, reached, key in visited)
+
+    GENERIC_KEPT = 200_000
+    """Generic parts remembered with their fingerprint at most (forgotten all at once: always safe)."""
+
+    def _generic_fingerprint(self, world: World) -> int:
+        """The fingerprint of ``state_key(world, symmetry)`` for a world with a user's plug-ins.
+
+        That key, and so its fingerprint, is a function of the world's generic parts
+        (``generic_key_of``; the walk's jobs and symmetry never change, nor does its
+        ``Fingerprints``, whose numbers are never forgotten): most transitions lead to
+        a state seen before by the same names, whose fingerprint is then looked up
+        rather than its symmetric form found and written out again.
+        """
+        raw = generic_parts(world)
+        found = self._by_parts.get(raw)
+        if found is None:
+            if len(self._by_parts) >= self.GENERIC_KEPT:
+                self._by_parts.clear()
+            found = self._by_parts[raw] = self.fingerprint(generic_key_of(raw, world.jobs, self.symmetry))
+        return found
 
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:
@@ -902,7 +935,7 @@ def _plugin_answers(world: World) -> list[tuple]:
     identities = sorted({a.identity for a in world.attempts.values()})
     keys = list(world.jobs)
     answers: list[tuple] = []
-    asked = _protocol.deepcopy({"destination": destination})["destination"]
+    asked = _copy_of(destination, "destination")
     for round_ in range(3):
         answers += [("lookup", key, asked.lookup(key)) for key in keys]
         answers += [("attempt_state", i, _said(asked.attempt_state(i))) for i in identities]
@@ -914,7 +947,7 @@ def _plugin_answers(world: World) -> list[tuple]:
             ("commit", (attempt.identity, attempt.key, "a revised ticket")),
             ("abandon_unless_committed", (attempt.identity,)),
         ):
-            fresh = _protocol.deepcopy({"destination": destination})["destination"]
+            fresh = _copy_of(destination, "destination")
             try:
                 said = _said(getattr(fresh, call)(*arguments))
             except Exception as error:  # a refusal by exception is an answer too
@@ -922,20 +955,29 @@ def _plugin_answers(world: World) -> list[tuple]:
             answers.append((call, arguments, said, len(fresh.effects())))
     # The order a ledger lists reservations in is not state: the key sorts them, and
     # nothing in the model depends on it (two paths that reserve in turn list them apart).
-    read = _protocol.deepcopy({"ledger": ledger})["ledger"]
+    read = _copy_of(ledger, "ledger")
     answers.append(("free", read.free))
     listed = sorted(read.reservations(), key=lambda r: r.reservation_id)
     answers += [("reservation", r.reservation_id, r.owner, r.state.value) for r in listed]
     answers.append(("expired", frozenset(r.reservation_id for r in read.expired(world.now))))
     for reservation in listed:
         for move in Move:
-            fresh = _protocol.deepcopy({"ledger": ledger})["ledger"]
+            fresh = _copy_of(ledger, "ledger")
             try:
                 said = fresh.apply(reservation.reservation_id, move).state.value
             except Exception as error:
                 said = type(error).__name__
             answers.append(("apply", reservation.reservation_id, move.value, said))
     return answers
+
+
+def _copy_of(part, kind: str):
+    """An independent copy of a ledger or destination: fence's own by its own copy, a plug-in deep-copied."""
+    if type(part) is Ledger:
+        return part.copy()
+    if type(part) is TicketService:
+        return part.clone()
+    return _protocol.deepcopy({kind: part})[kind]
 
 
 def _said(answer) -> object:

@@ -367,7 +367,9 @@ def deepcopy(parts: dict[str, object], memo: dict | None = None) -> dict[str, ob
     is copied alone (only once the copy of all of them failed).
     """
     try:
-        return copy.deepcopy(parts, memo)
+        # Part by part with one memo: what one deep copy of the dict does, less its frames (one per explored step).
+        memo = {} if memo is None else memo
+        return {kind: copy.deepcopy(part, memo) for kind, part in parts.items()}
     except FenceError:
         raise
     except Exception as error:

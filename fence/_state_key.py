@@ -173,16 +173,20 @@ def generic_state_key(world: World, symmetry: bool = False) -> tuple:
     names as mere labels, is not trusted: ``FaithfulnessCheck`` tests both on
     the run (a merge of two renamed states is replayed with the names renamed).
     """
-    raw = _generic_parts(world)
-    if not symmetry or len(world.jobs) < 2:
+    return generic_key_of(generic_parts(world), world.jobs, symmetry)
+
+
+def generic_key_of(raw: tuple, jobs: list[str], symmetry: bool) -> tuple:
+    """``generic_state_key`` of a world whose parts (``generic_parts``) are ``raw``: a function of ``raw`` alone."""
+    if not symmetry or len(jobs) < 2:
         return raw
     # Most transitions reach a state seen before, by the same names: its form is known.
-    jobs = tuple(world.jobs)
+    jobs = tuple(jobs)
     form = _FORMS.get((jobs, raw))
     if form is None:
         if len(_FORMS) >= _FORMS_KEPT:
             _FORMS.clear()
-        form = _FORMS[(jobs, raw)] = symmetric_form(raw, world.jobs)[0]
+        form = _FORMS[(jobs, raw)] = symmetric_form(raw, list(jobs))[0]
     return form
 
 
@@ -195,7 +199,7 @@ PLUGIN_PARTS_FROM = 9
 """The index in a generic key from which its parts are the plug-ins' snapshots (fence's records come first)."""
 
 
-def _generic_parts(world: World) -> tuple:
+def generic_parts(world: World) -> tuple:
     """``generic_state_key`` without symmetry: fence's records, then (from ``PLUGIN_PARTS_FROM``) the plug-ins'."""
     observer = world.observer
     # The same reductions as the fast key, for the parts fence owns: a finished
@@ -223,11 +227,13 @@ def _generic_parts(world: World) -> tuple:
                 a.ack._value_ if phase is acked else "",
                 a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
             ))
-    network = _multiset(
+    # ``answer_nobody_waits_for``, written out: asked of every message of every key.
+    ack, commit_sent, phases = MessageKind.ACK, Phase.COMMIT_SENT, world.attempts
+    network = _multiset([
         (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
         for m in world.network
-        if not answer_nobody_waits_for(world, m.kind._value_, m.attempt)
-    )
+        if m.kind is not ack or phases[m.attempt].phase is commit_sent
+    ])
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
     # answer object is kept with its janitor.
@@ -264,11 +270,17 @@ def _generic_parts(world: World) -> tuple:
     policy_snapshot = getattr(world.policy, "snapshot", None)
     return (
         # The retry queue counts per job (retries are taken by job), in any order.
-        world.now, attempts, network, _multiset(world.retry_queue), _multiset(world.follow_ups),
+        world.now, attempts, network,
+        _multiset(world.retry_queue) if world.retry_queue else _NONE,
+        _multiset(world.follow_ups) if world.follow_ups else _NONE,
         held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
         ledger_part, _destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
+
+
+_NONE = frozenset()
+"""``_multiset`` of nothing."""
 
 
 def symmetric_form(raw: tuple, jobs: list[str]) -> tuple[tuple, dict[str, str]]:

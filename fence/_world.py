@@ -1074,6 +1074,16 @@ class World:
             other.policy = self.policy  # frozen, keeps nothing
         else:
             users["policy"] = self.policy
+        if "policy" not in users and "evidence" not in users:
+            # fence's policy keeps nothing and its answers are values: nothing copied can hold
+            # the janitors' proxy, so the copy's janitors are made on first use, as on the fast path.
+            copied = _protocol.deepcopy(users, memo)
+            for name, part in copied.items():
+                setattr(other, name, part)
+            other._janitors = None
+            self._copy_worker_side(other, history)
+            other.job_memo = {}
+            return other
         # The policy sees the destination through the janitors' proxy (and may keep
         # it in an answer): the copy's proxy stands in for it, its destination set
         # once the destination is copied.
