@@ -226,7 +226,7 @@ def open_implementation(request, tmp_path):
     opened = []
 
     def open_pair(capacity: int = 1, guards=None):
-        from fence._destination import NO_GUARDS
+        from fence.model.destination import NO_GUARDS
 
         for earlier in opened:
             earlier.close()

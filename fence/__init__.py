@@ -1,48 +1,38 @@
 """fence: when is it safe to give capacity back, and to retry?
 
-The public surface. The private modules each own one concern:
+The public surface: the model's names below, ``fence.guard`` (what a task adds
+around its side effect), ``fence.testing`` and its pytest plugin (fence in a
+user's own tests), ``fence.targets`` (real job systems, and the API to write
+one's own), and the ``fence`` command.
 
-* ``_ledger``       reservations, their states and the one table of legal moves
-* ``_destination``  the ticket service and its guards (fence, fingerprint, witness)
-* ``_policies``     the janitor policies, behind one small protocol
-* ``_janitor``      the janitor's scan / probe / settle steps
-* ``_world``        the model world every engine drives (workers, network, clock)
-* ``_invariants``   the named invariants and the dangerous interleavings
-* ``_verdicts``     Hypothesis runs turned into a verdict matrix
-* ``_minimise``     a found counterexample cut short on the same world
-* ``_explore``      the exhaustive explorer over the same world: proofs within bounds,
-                    shortest counterexamples
-* ``_counterexample`` steps, Mermaid and JSON forms of a counterexample; replay
-* ``_bench``        benchmarks that write their figures into evidence/
-* ``_evidence``     the one header and the one atomic writer of evidence/ files
-* ``_pictures``     timelines of the experiments (matplotlib, optional)
-* ``_checking``     both engines on policies and plug-ins, as ``check``, ``verdicts`` and ``testing`` run them
-* ``_cli``          the ``fence`` command (``_experiments_cli`` for experiments/replay)
-* ``_lockstep``     two worlds driven by the same actions and compared after every step
-* ``_observer``     the one observer of ground truth: facts recorded, findings per invariant
-* ``_worker``       the worker's life as one table (phases, moves, the confirm rule)
-* ``_draws``        Hypothesis draws that ignore source-code constants (reproducible verdicts)
-* ``_output``       where a command's files go (--out, --record, a fresh temporary directory)
-* ``_pool``         tasks on worker processes that a Ctrl-C stops at once and quietly
-* ``_protocol``     a plug-in's answers checked where fence receives them (``PluginBroken``)
-* ``live/``         live runs on the real clock, recorded as facts and judged by the same
-                    invariants: threads, OS processes under SIGKILL, the article's
-                    experiments on either, the fleet bench, the real-clock replay
-* ``backends/``     the ledger and destination on SQLite and PostgreSQL (``open_backend``)
-* ``targets/``      real job systems (procrastinate) driven as the model's ledger, and
-                    judged like it (``fence targets``, ``_targets_cli``)
-* ``guard``         public: what a task adds around its side effect (``fence.guard.Guard``)
-* ``testing``       public: fence in a user's own tests (``check``; ``pytest_plugin``: ``fence_check``)
-* ``agents/``       strands-agents workers under the ledger, a scripted Model, SDK probes
+Inside, the packages are floors, lowest first; a module imports only from its
+own floor and the floors below (``tests/test_layers.py``):
+
+* ``base/``      errors, copy on write, evidence files, output directories, a process pool
+* ``model/``     the ledger, destination, policies, janitor, worker, world, observer,
+                 invariants, and the plug-in protocols: the one model every engine drives
+* ``backends/``  the ledger and destination on SQLite and PostgreSQL; then ``guard``
+* ``search/``    the Hypothesis machines, the minimiser and the one replay loop, lockstep,
+                 counterexample files
+* ``explore/``   the exhaustive explorer: proofs within bounds, shortest counterexamples
+* ``checking/``  verdicts, and both engines on a policy and its plug-ins
+* ``live/``      the model's parts on real threads and OS processes, judged as facts
+* ``targets/``   real job systems driven as the model's ledger (public)
+* ``agents/``    strands-agents workers under the ledger, a scripted model, SDK probes
+* ``bench/``     benchmarks that write their figures into evidence/
+* ``cli/``       the ``fence`` command
+* ``testing``, ``pytest_plugin``: the public front for users' own tests
+
+Each package's ``__init__`` lists its modules and what they hold.
 """
 
-from fence._destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
-from fence._errors import (
+from fence.model.destination import AttemptState, CommitResult, Destination, Effect, Guards, TicketService
+from fence.base.errors import (
     BackendError, BadInput, CapacityExhausted, FenceError, IllegalMove, PluginBroken, StaleAttempt, WitnessRequired,
 )
-from fence._janitor import Janitor
-from fence._ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
-from fence._policies import (
+from fence.model.janitor import Janitor
+from fence.model.ledger import TRANSITIONS, Ledger, Move, Reservation, ReservationState
+from fence.model.policies import (
     POLICIES,
     Abandon,
     Decision,

@@ -2,7 +2,7 @@
 
 import sys
 
-from fence._cli import command
+from fence.cli.main import command
 
 if __name__ == "__main__":  # importing this module (conftest imports every module) runs nothing
     sys.exit(command())

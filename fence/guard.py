@@ -36,10 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fence._destination import AttemptState, CommitResult, Destination, Guards
-from fence._errors import BadInput, FenceError
-from fence._ledger import Reservation
-from fence._policies import POLICIES, Decision
+from fence.model.destination import AttemptState, CommitResult, Destination, Guards
+from fence.base.errors import BadInput, FenceError
+from fence.model.ledger import Reservation
+from fence.model.policies import POLICIES, Decision
 
 __all__ = ["GUARDS", "Guard", "GuardedAttempt", "Refused"]
 

@@ -13,7 +13,7 @@ Registered through the ``pytest11`` entry point, so installing fence is enough;
   option (quick, default, thorough; default: default);
 * the explorer's bounds: ``--fence-explorer-bound UxJxA:H`` (repeatable) or
   the ``fence_explorer_bounds`` ini option (default: ``fence check``'s,
-  ``fence._verdicts.CHECK_BOUNDS``);
+  ``fence.checking.verdicts.CHECK_BOUNDS``);
 * the draw: derandomised, unless ``--fence-seed N``;
 * where counterexamples go: the test's ``tmp_path``, or ``--fence-out DIR``
   (one directory per test under it, e.g. to keep them as CI artifacts).
@@ -55,7 +55,7 @@ def _explorer_bounds(config) -> tuple | None:
     """The bounds this run asked for (None: fence check's own), refused in one line if one is not a bound."""
     import argparse
 
-    from fence._arguments import explorer_bound
+    from fence.cli.arguments import explorer_bound
 
     given = config.getoption("--fence-explorer-bound") or config.getini("fence_explorer_bounds")
     if not given:
@@ -103,7 +103,7 @@ class FenceCheck:
         return self._noted(check_target(target, url, **options))
 
     def _noted(self, checked):
-        from fence._verdicts import Verdict
+        from fence.checking.verdicts import Verdict
 
         counts = Counter(checked.verdicts.values())
         said = ", ".join(f"{counts[verdict]} {verdict.value}" for verdict in Verdict if counts[verdict])
@@ -117,7 +117,7 @@ def fence_check(request, tmp_path: Path) -> FenceCheck:
     """Check a policy, destination or ledger (``fence.testing.check``) with this run's fence options."""
     chosen = request.config.getoption("--fence-out")
     if chosen:
-        from fence._output import file_stem
+        from fence.base.output import file_stem
 
         out = Path(chosen) / file_stem(request.node.nodeid)
     else:

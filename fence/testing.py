@@ -48,17 +48,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from fence import _counterexample
-from fence._checking import PROFILES, check_policies, report_text, write_counterexamples
-from fence._errors import BadInput
-from fence._invariants import BY_NAME, INVARIANTS
-from fence._plugins import (
+from fence.search import counterexample
+from fence.checking.checking import PROFILES, check_policies, report_text, write_counterexamples
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME, INVARIANTS
+from fence.model.plugins import (
     PlugInSpecs, checked_destination, checked_ledger, checked_policy, load_destination, load_ledger,
     UNIMPORTABLE, load_policy, spec_of,
 )
-from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import CHECK_BOUNDS, DEFAULT_CONFIGS, PolicyReport, Verdict
-from fence._world import ModelConfig
+from fence.model.policies import POLICIES, JanitorPolicy
+from fence.checking.verdicts import CHECK_BOUNDS, DEFAULT_CONFIGS, PolicyReport, Verdict
+from fence.model.world import ModelConfig
 
 __all__ = ["Checked", "Verdict", "check", "check_target", "replay_target", "INVARIANT_NAMES"]
 
@@ -104,7 +104,7 @@ class Checked:
 
     def replay_file(self, invariant: str) -> Path | None:
         """The replayable JSON of ``invariant``'s counterexample, if it was violated."""
-        wanted = self.out / f"{_counterexample.stem(self.policy, _known(invariant), self.row)}.json"
+        wanted = self.out / f"{counterexample.stem(self.policy, _known(invariant), self.row)}.json"
         return wanted if wanted in self.written else None
 
     @property
@@ -128,7 +128,7 @@ class Checked:
 
         Weaker than ``assert_proved``: "not found in N examples" is not a proof.
         It is the most a ledger the explorer cannot copy can get (a ledger on a
-        server can be copied if it is restorable: ``fence._restore``).
+        server can be copied if it is restorable: ``fence.model.restore``).
         """
         return self._assert_safe(invariants, "not-found")
 
@@ -307,7 +307,7 @@ def check_target(
     replays them on the real system (``replay_target`` here).
     """
     from fence.targets.replay import servers, write_target_counterexamples
-    from fence._verdicts import profile_settings
+    from fence.checking.verdicts import profile_settings
     from fence.targets import TARGET_BOUND, TARGET_PROFILES, judge_target
 
     if profile not in TARGET_PROFILES:
@@ -334,7 +334,7 @@ def check_target(
 
 def _target(given) -> tuple:
     """The target, and the spec a counterexample records for it (None: a built-in row, found by its name)."""
-    from fence._plugins import absolute
+    from fence.model.plugins import absolute
     from fence.targets.loading import checked_target, load_target, target_spec_of
     from fence.targets import TARGETS
 

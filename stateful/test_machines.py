@@ -7,8 +7,8 @@ runs every policy; this file is the quickest way to poke one machine by hand:
 ``pytest stateful -k AbandonFenced --hypothesis-show-statistics``.
 """
 
-from fence._policies import POLICIES
-from fence._world import ModelConfig
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig
 from stateful.machines import machine_for
 
 TestAbandonFenced = machine_for(POLICIES["abandon-fenced"], ModelConfig(capacity=1, jobs=1)).TestCase

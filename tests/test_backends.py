@@ -5,7 +5,7 @@ that takes ``backend_url`` runs on SQLite (a file in tmp_path) and on PostgreSQL
 (the session's private cluster, see conftest.py). The in-memory Ledger and
 TicketService are the specification:
 
-* ``fence._lockstep`` drives two worlds with the same drawn actions, one on the
+* ``fence.search.lockstep`` drives two worlds with the same drawn actions, one on the
   backend and one in memory, and after every step compares what each world
   offers next, the ledger, the destination and every invariant's result; at the
   end of a run both drain and are compared again (strict: any difference fails).
@@ -29,14 +29,16 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from fence import _counterexample, _lockstep
-from fence._destination import AttemptState, CommitResult, Guards, TicketService
-from fence._errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
-from fence._invariants import BY_NAME
-from fence._ledger import Ledger, Move, ReservationState
-from fence._minimise import replay_actions
-from fence._policies import POLICIES
-from fence._world import Confirm, Deliver, ModelConfig, Reserve, SendCommit, Start, World
+from fence.search import counterexample
+
+from fence.search import lockstep
+from fence.model.destination import AttemptState, CommitResult, Guards, TicketService
+from fence.base.errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
+from fence.model.invariants import BY_NAME
+from fence.model.ledger import Ledger, Move, ReservationState
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES
+from fence.model.world import Confirm, Deliver, ModelConfig, Reserve, SendCommit, Start, World
 from fence.backends import ModelStorage, open_backend
 from stateful.machines import machine_for
 
@@ -57,10 +59,10 @@ def storage(backend_url):
 
 # -- the models, in lockstep ------------------------------------------------------------
 def lockstep_machine(policy, config, storage: ModelStorage):
-    """The fleet machine over a world on the backend, with the in-memory model beside it (fence._lockstep)."""
+    """The fleet machine over a world on the backend, with the in-memory model beside it (fence.search.lockstep)."""
     base = machine_for(policy, config, checked=(), destination_factory=storage.destination_factory,
                        ledger_factory=storage.ledger_factory)
-    return _lockstep.lockstep_machine(base, lambda: World(policy, config))
+    return lockstep.lockstep_machine(base, lambda: World(policy, config))
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=["1x1", "2x2"])
@@ -75,7 +77,7 @@ def test_backend_world_matches_memory_step_by_step(policy, config, storage):
 @pytest.mark.parametrize("path", PINNED, ids=[p.stem for p in PINNED])
 def test_pinned_counterexample_breaks_the_same_invariant_on_the_backend(path, storage):
     """A pinned counterexample replayed on the backend breaks its invariant with the same message as in memory."""
-    policy, config, invariant, actions, drains = _counterexample.load(path)
+    policy, config, invariant, actions, drains = counterexample.load(path)
     chosen = [action for action, drain in zip(actions, drains) if not drain]
     inv = BY_NAME[invariant]
     in_memory = replay_actions(policy, config, chosen, inv)
@@ -127,7 +129,7 @@ def test_the_explorer_runs_on_postgres_and_its_copies_are_faithful(postgres_url)
 
 
 def _explore_on(storage: ModelStorage) -> None:
-    from fence._explore import Outcome, explore
+    from fence.explore.walk import Outcome, explore
 
     bound = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
     naive = explore(POLICIES["naive"], bound, destination_factory=storage.destination_factory,
@@ -547,8 +549,8 @@ def test_on_the_database_clock_skewed_workers_and_the_janitor_agree(backend_url)
 
 # -- the verdict matrix on a backend ---------------------------------------------------
 def _row_on_backend(name: str, storage: ModelStorage):
-    from fence._cli import PROFILES
-    from fence._verdicts import DEFAULT_CONFIGS, compare, judge, load_expected, profile_settings
+    from fence.cli.main import PROFILES
+    from fence.checking.verdicts import DEFAULT_CONFIGS, compare, judge, load_expected, profile_settings
 
     examples, steps, _shrink = PROFILES["default"]
     report = judge(
@@ -591,7 +593,7 @@ def test_the_machines_reproduce_the_expected_row_on_postgres(name, postgres_url)
 
 
 # -- the command line ---------------------------------------------------------------------
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def fence(*args: str) -> subprocess.CompletedProcess:

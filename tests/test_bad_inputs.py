@@ -1,6 +1,6 @@
 """Bad input to every command: one line on stderr, a non-zero exit, no traceback, the checkout unchanged (issue 14).
 
-Each case runs ``fence._cli.main(argv)`` in this process (fast: no interpreter
+Each case runs ``fence.cli.main.main(argv)`` in this process (fast: no interpreter
 to start) with the checkout as the current directory, so a stray write into it
 would show in ``git status``. Only what needs a process of its own runs as
 one: Ctrl-C (SIGINT to the whole process group, as a terminal sends it) and a
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fence._cli import main
+from fence.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
 BAD = Path(__file__).resolve().parent / "plugins_bad"
@@ -143,8 +143,8 @@ CASES: dict[str, tuple[list[str], str]] = {
     "check no policy": (["check"], "required: policy"),
     "check unknown name": (["check", "no-such-policy"], "unknown policy 'no-such-policy'"),
     "check no such module": (["check", "no_such_module_xyz:P"], "importing no_such_module_xyz failed"),
-    "check no such attribute": (["check", "fence._policies:NotThere"], "has no attribute 'NotThere'"),
-    "check spec without attribute": (["check", "fence._policies:"], "write it as MODULE:ATTR"),
+    "check no such attribute": (["check", "fence.model.policies:NotThere"], "has no attribute 'NotThere'"),
+    "check spec without attribute": (["check", "fence.model.policies:"], "write it as MODULE:ATTR"),
     "check missing file": (["check", "{missing}.py:P"], "no file"),
     "check empty file": (["check", "{empty_py}:P"], "has no attribute 'P'"),
     "check syntax error": (["check", "{syntax_py}:P"], "SyntaxError"),
@@ -400,12 +400,12 @@ def test_ray_not_installed_is_one_line_naming_the_extra(monkeypatch, capsys):
 ])
 def test_each_engine_alone_names_the_broken_plugin(name, engine):
     """Hypothesis and the explorer, each on its own, stop with the plug-in's one line, not fence's error."""
-    from fence._errors import PluginBroken
-    from fence._explore import explore
-    from fence._plugins import load_destination, load_ledger, load_policy
-    from fence._protocol import broken_in
-    from fence._verdicts import profile_settings, survey_config
-    from fence._world import ModelConfig
+    from fence.base.errors import PluginBroken
+    from fence.explore.walk import explore
+    from fence.model.plugins import load_destination, load_ledger, load_policy
+    from fence.model.protocol import broken_in
+    from fence.checking.verdicts import profile_settings, survey_config
+    from fence.model.world import ModelConfig
 
     [policy, *plugins], needle = BROKEN_EVERYWHERE[name]
     named = dict(zip(plugins[::2], plugins[1::2]))
@@ -428,15 +428,15 @@ def test_a_policy_name_cannot_write_outside_out(tmp_path):
     """A policy named '../../x' writes its counterexample files inside --out, under a sanitised name."""
     from dataclasses import replace
 
-    from fence import _counterexample
+    from fence.search import counterexample
 
-    from fence._counterexample import Counterexample
+    from fence.search.counterexample import Counterexample
 
-    policy, config, invariant, _, _ = _counterexample.load(PINNED)
-    world, _ = _counterexample.replay(PINNED)
+    policy, config, invariant, _, _ = counterexample.load(PINNED)
+    world, _ = counterexample.replay(PINNED)
     example = Counterexample(policy.name, config, invariant, "a message", tuple(world.trace))
     out = tmp_path / "deep" / "out"
-    written = _counterexample.write(replace(example, policy="../../escaped"), out)
+    written = counterexample.write(replace(example, policy="../../escaped"), out)
     assert written and all(path.parent == out for path in written), written
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == sorted(p.name for p in written)
     assert all(not p.name.startswith(".") and "/" not in p.name for p in written)

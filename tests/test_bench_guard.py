@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import pytest
 
-from fence import _bench_guard
-from fence._bench_guard import RUNNERS, Run, chosen, run_once
-from fence._cli import main
+from fence.bench import guard_cost
+from fence.bench.guard_cost import RUNNERS, Run, chosen, run_once
+from fence.cli.main import main
 
 JOBS = 10
 KEYS = [f"k{number}" for number in range(1, JOBS + 1)]
@@ -84,7 +84,7 @@ def test_a_queue_whose_library_is_missing_is_one_line_naming_its_extra(monkeypat
 def test_with_no_queue_installed_the_bench_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
     for name, runner in list(RUNNERS.items()):
         monkeypatch.setitem(RUNNERS, name, replace(runner, modules=(f"fence_no_{name}",)))
-    monkeypatch.setattr(_bench_guard, "run_once", lambda *args, **kwargs: pytest.fail("no queue may run"))
+    monkeypatch.setattr(guard_cost, "run_once", lambda *args, **kwargs: pytest.fail("no queue may run"))
     status = main(["bench", "guard", "--out", str(tmp_path), "--queue", "celery", "--queue", "arq"])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2

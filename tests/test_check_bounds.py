@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from fence import _checking
-from fence._checking import report_text
-from fence._verdicts import CHECK_BOUNDS, Verdict
-from fence._world import ModelConfig
+from fence.checking import checking
+from fence.checking.checking import report_text
+from fence.checking.verdicts import CHECK_BOUNDS, Verdict
+from fence.model.world import ModelConfig
 from fence.testing import check
 
 TESTS = Path(__file__).resolve().parent
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 TWO_BY_TWO = "2 unit(s), 2 job(s), 2 attempt(s) per job, lease 2 ticks, 2 janitor(s), horizon 2, jobs symmetric"
 
 
@@ -74,7 +74,7 @@ def test_a_bound_the_budget_does_not_reach_leaves_the_cell_proved_only_within_th
     # A user's destination is walked as whole worlds; 2 units x 2 jobs x 2 attempts
     # takes it far longer than this budget (over 100 s), one unit and two attempts to
     # horizon 2 far less (under a second).
-    monkeypatch.setattr(_checking, "EXPLORER_CHECK_BUDGET", 8.0)
+    monkeypatch.setattr(checking, "EXPLORER_CHECK_BUDGET", 8.0)
     small = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)  # every danger reached
     checked = check(
         "abandon-fenced", destination=f"{TESTS / 'user_plugins' / 'plain.py'}:PlainSubclass", profile="quick",

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def run(*args, cwd=None):
@@ -18,8 +18,8 @@ def run(*args, cwd=None):
     [
         (["check", "no-such-policy"], "unknown policy"),
         (["check", "no_such_module_xyz:Policy"], "importing no_such_module_xyz failed"),
-        (["check", "fence._policies:NotThere"], "has no attribute"),
-        (["check", "fence._ledger:Ledger"], "failed"),
+        (["check", "fence.model.policies:NotThere"], "has no attribute"),
+        (["check", "fence.model.ledger:Ledger"], "failed"),
         (["check", "json:dumps"], "is not a janitor policy"),
         (["verdicts", "--capacity", "0"], "must be at least 1"),
         (["verdicts", "--lease", "-1"], "cannot be negative"),
@@ -77,7 +77,7 @@ def test_check_runs_a_policy_from_a_file_outside_the_repo(tmp_path):
 def test_replaying_a_corrupt_counterexample_is_refused(tmp_path):
     """A file that is not a fence counterexample gives BadInput, not a crash."""
     from fence import BadInput
-    from fence._counterexample import load
+    from fence.search.counterexample import load
 
     path = tmp_path / "broken.json"
     path.write_text('{"format": "fence-counterexample/1", "policy": "naive"}')
@@ -91,7 +91,7 @@ def test_version_is_one_line_with_the_installed_version():
     import sys
     from importlib.metadata import version
 
-    done = subprocess.run([sys.executable, "-m", "fence._cli", "--version"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "fence.cli.main", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == f"fence {version('fence')}"
 
 
@@ -102,7 +102,7 @@ def test_a_closed_pipe_is_quiet():
 
     # The reader exits at once, so the writer's first write meets a pipe with no reader.
     command = (
-        f"{sys.executable} -m fence._cli explore --policy naive --horizon 2 --json --out /tmp/fence-pipe-test | true;"
+        f"{sys.executable} -m fence.cli.main explore --policy naive --horizon 2 --json --out /tmp/fence-pipe-test | true;"
         " exit ${PIPESTATUS[0]}"
     )
     done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
@@ -113,7 +113,7 @@ def test_a_closed_pipe_is_quiet():
 # -- progress on stderr: lines counted and ordered, never timed -----------------------------
 def _in_process(argv, capsys):
     """``fence ARGV`` in this process (fast), with its exit status, stdout and stderr lines."""
-    from fence._cli import main
+    from fence.cli.main import main
 
     status = main(argv)
     out, err = capsys.readouterr()
@@ -148,9 +148,9 @@ def test_check_and_verdicts_print_the_explorers_first_level_before_its_task_line
 @pytest.mark.parametrize("every", [1e9, 0.0], ids=["longer-than-the-run", "zero"])
 def test_check_prints_the_first_level_then_at_most_one_line_per_interval(every, tmp_path, capsys, monkeypatch):
     """LEVEL_LINE_EVERY longer than the run: depth 1 only, per bound; zero: every level, 1, 2, ... in order."""
-    from fence import _checking
+    from fence.checking import checking
 
-    monkeypatch.setattr(_checking, "LEVEL_LINE_EVERY", every)
+    monkeypatch.setattr(checking, "LEVEL_LINE_EVERY", every)
     status, _, err = _in_process(["check", "naive", "--profile", "quick", "--workers", "1", "--out", str(tmp_path)],
                                  capsys)
     assert status == 1, err

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 
-from fence._destination import (
+from fence.model.destination import (
     NO_GUARDS,
     AttemptState,
     CommitResult,
@@ -18,7 +18,7 @@ from fence._destination import (
     Effect,
     Guards,
 )
-from fence._errors import WitnessRequired
+from fence.base.errors import WitnessRequired
 
 ALL_GUARDS = [Guards(f, p, w) for f, p, w in itertools.product([False, True], repeat=3)]
 WITH_FENCE = [g for g in ALL_GUARDS if g.fence]

@@ -161,7 +161,7 @@ def test_the_readme_opens_with_its_two_commands():
 @pytest.mark.timeout(1200)
 def test_the_readmes_fence_verdicts_matches_the_committed_matrix(tmp_path):
     """The first command's ``fence verdicts`` exits 0: the observed matrix is the committed one."""
-    run = subprocess.run([sys.executable, "-m", "fence._cli", "verdicts", "--out", str(tmp_path)],
+    run = subprocess.run([sys.executable, "-m", "fence.cli.main", "verdicts", "--out", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
@@ -247,8 +247,8 @@ def test_every_page_is_reachable_from_the_readme():
 
 # -- the protocols page ------------------------------------------------------------------------
 def test_the_protocols_page_lists_every_member_fence_enforces():
-    """Each member ``fence/_protocol.py`` requires of a ledger and a destination is named on the protocols page."""
-    from fence._protocol import MEMBERS
+    """Each member ``fence/model/protocol.py`` requires of a ledger and a destination is named on the protocols page."""
+    from fence.model.protocol import MEMBERS
 
     page = (ROOT / "docs" / "reference" / "protocols.md").read_text()
     missing = [f"{kind}.{name}" for kind, (methods, properties) in MEMBERS.items()

@@ -1,7 +1,7 @@
 """Verdict runs draw the same examples whatever source code happens to be loaded.
 
 Hypothesis' default provider mixes in constants read from every local module
-imported so far; fence turns that off for its own runs (fence/_draws.py), so a
+imported so far; fence turns that off for its own runs (fence/search/draws.py), so a
 derandomised verdict depends on the policy, the bound and the seed alone.
 """
 
@@ -13,7 +13,7 @@ import textwrap
 
 from hypothesis.internal.conjecture.providers import HypothesisProvider
 
-from fence._draws import source_independent_draws
+from fence.search.draws import source_independent_draws
 
 # Print what one derandomised survey found, and at which example: the draw's fingerprint.
 SURVEY = textwrap.dedent(
@@ -22,8 +22,8 @@ SURVEY = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     if sys.argv[2] == "load":
         import many_constants  # a local module full of integers and strings
-    from fence._policies import POLICIES
-    from fence._verdicts import EXPLORER_BOUND, profile_settings, survey_config
+    from fence.model.policies import POLICIES
+    from fence.checking.verdicts import EXPLORER_BOUND, profile_settings, survey_config
     result = survey_config(POLICIES["witness-fenced"], EXPLORER_BOUND, run_settings=profile_settings(100, 20))
     print(result.examples, sorted(result.first_found_at_example.items()))
     """
@@ -40,7 +40,7 @@ def _fingerprint(tmp_path, load: str) -> str:
 def test_a_module_full_of_constants_does_not_change_the_draw(tmp_path):
     """Importing a local module with hundreds of literals leaves a derandomised survey unchanged.
 
-    Without fence/_draws.py this survey's first no_early_release find moved from
+    Without fence/search/draws.py this survey's first no_early_release find moved from
     example 42 to example 20 when the module was loaded.
     """
     integers = ", ".join(str(n) for n in range(-50, 400))

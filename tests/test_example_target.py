@@ -77,8 +77,8 @@ def test_a_stale_finish_finishes_the_retrys_job_where_the_naive_model_refuses_it
     by that id alone: the same class as celery's ack on Redis.
     """
     from fence import POLICIES
-    from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-    from fence._world import Confirm, Deliver, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
+    from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+    from fence.model.world import Confirm, Deliver, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
 
     one = ModelConfig(capacity=1, jobs=1)
     stale_finish = [Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Retry("job1"), Start("job1#1"),

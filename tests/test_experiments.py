@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from fence._experiments_cli import QUICK_LEASE, QUICK_SWEEP_TRIALS
+from fence.cli.experiments_command import QUICK_LEASE, QUICK_SWEEP_TRIALS
 from fence.live import THREADS, experiments
 from tests.real_runs import ON_THREADS
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.xdist_group("experiments")
 
 TRIALS = 5
 LEASE = QUICK_LEASE
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def run(*args, cwd=None):
@@ -225,7 +225,7 @@ def test_each_thread_trial_breaks_exactly_the_expected_invariants(request, exper
 @pytest.mark.parametrize("experiment, label", list(BROKEN_ON_THREADS))
 def test_what_threads_break_the_models_also_break(experiment, label):
     """A real-clock violation is one the models' expected matrix also has for that policy (one model of the world)."""
-    from fence._verdicts import load_expected
+    from fence.checking.verdicts import load_expected
 
     policy = label.split("=")[1].split()[0]
     expected = load_expected()[policy]
@@ -253,9 +253,9 @@ def test_cli_writes_evidence_with_its_header(tmp_path):
 def test_picture_is_a_png(tmp_path, crash):
     """With matplotlib installed, an experiment's timeline is written as a PNG beside the text."""
     pytest.importorskip("matplotlib")
-    from fence import _pictures
+    from fence.bench import pictures
 
-    path = _pictures.draw("crash-boundary", list(crash.values()), tmp_path / "crash.png", "test")
+    path = pictures.draw("crash-boundary", list(crash.values()), tmp_path / "crash.png", "test")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["crash.png"]
 

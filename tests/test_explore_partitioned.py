@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from fence._counterexample import to_json as counterexample_json
-from fence._destination import TicketService
-from fence._explore import explore, report_text
-from fence._invariants import INVARIANTS, Invariant
-from fence._partitioned import ContentNumbers, explore_partitioned, step_code
-from fence._policies import POLICIES
-from fence._world import ModelConfig, World
+from fence.search.counterexample import to_json as counterexample_json
+from fence.model.destination import TicketService
+from fence.explore.walk import explore, report_text
+from fence.model.invariants import INVARIANTS, Invariant
+from fence.explore.partitioned import ContentNumbers, explore_partitioned, step_code
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig, World
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
@@ -112,10 +112,10 @@ def test_user_parts_and_budgets_run_in_one_process_and_say_why():
 
 
 FINGERPRINTS = """
-from fence._partitioned import OwnedWalk, Partition, step_code
-from fence._invariants import INVARIANTS
-from fence._policies import POLICIES
-from fence._world import ModelConfig, Reserve
+from fence.explore.partitioned import OwnedWalk, Partition, step_code
+from fence.model.invariants import INVARIANTS
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig, Reserve
 config = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
 partition = Partition(0, 2, POLICIES["naive"], config, True, INVARIANTS)
 keys = [partition.walk.root_key()]
@@ -148,7 +148,7 @@ def test_content_numbers_are_one_per_part_and_repeatable():
 
 def test_the_cli_explores_partitioned_and_says_so(capsys, tmp_path):
     """``fence explore --partitioned`` prints the report of the partitioned walk, naming its owners."""
-    from fence._cli import main
+    from fence.cli.main import main
 
     argv = ["explore", "--policy", "naive", "--capacity", "2", "--attempts", "1", "--horizon", "2", "--symmetry",
             "--out", str(tmp_path)]
@@ -191,7 +191,7 @@ def test_ray_at_two_by_two_gives_exactly_what_one_process_does(config):
 
 def test_bench_explorer_gives_a_row_per_engine_with_the_same_states(tmp_path, capsys):
     """``fence bench explorer --engines``: a row per engine, the same states and transitions, memory per state."""
-    from fence._cli import main
+    from fence.cli.main import main
 
     out = tmp_path / "explorer.txt"
     status = main(["bench", "explorer", "--policy", "naive", "--bound", "2x2x1:1", "--symmetry", "on",

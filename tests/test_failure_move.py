@@ -14,12 +14,12 @@ from dataclasses import replace
 import pytest
 
 from fence import POLICIES, Ledger, Move, PluginBroken, ReservationState
-from fence._explore import Outcome, explore
-from fence._invariants import FAILURE_DANGERS, required_dangers
-from fence._machines import machine_for
+from fence.explore.walk import Outcome, explore
+from fence.model.invariants import FAILURE_DANGERS, required_dangers
+from fence.search.machines import machine_for
 from fence.live import AttemptSpec, ThreadRun
-from fence._verdicts import profile_settings, survey_config
-from fence._world import (
+from fence.checking.verdicts import profile_settings, survey_config
+from fence.model.world import (
     Deliver,
     Fail,
     ModelConfig,

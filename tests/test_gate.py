@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from fence import _counterexample
-from fence._invariants import BY_NAME
-from fence._minimise import minimise
-from fence._policies import POLICIES
-from fence._cli import PROFILES
-from fence._verdicts import (
+from fence.search import counterexample
+from fence.model.invariants import BY_NAME
+from fence.search.minimise import minimise
+from fence.model.policies import POLICIES
+from fence.cli.main import PROFILES
+from fence.checking.verdicts import (
     DEFAULT_CONFIGS,
     EXPECTED_FILE,
     Verdict,
@@ -32,7 +32,7 @@ from fence._verdicts import (
     profile_settings,
     survey_config,
 )
-from fence._world import ModelConfig
+from fence.model.world import ModelConfig
 
 PINNED = sorted(Path(__file__).with_name("pinned").glob("*.json"))
 EXPECTED = load_expected()
@@ -57,9 +57,9 @@ def test_every_expected_violation_has_a_pinned_counterexample():
 @pytest.mark.parametrize("path", PINNED, ids=[p.stem for p in PINNED])
 def test_pinned_counterexample_still_breaks_its_invariant(path):
     """Replaying a saved counterexample through today's model breaks the same invariant."""
-    policy, _config, invariant, _actions, _drains = _counterexample.load(path)
+    policy, _config, invariant, _actions, _drains = counterexample.load(path)
     assert EXPECTED[policy.name][invariant] is Verdict.VIOLATED, "pinned for a cell expected to hold"
-    world, violation = _counterexample.replay(path)
+    world, violation = counterexample.replay(path)
     assert violation, f"{path.name} no longer breaks {invariant}:\n" + "\n".join(s.sentence for s in world.trace)
 
 
@@ -129,7 +129,7 @@ def test_the_machines_reproduce_the_expected_row(name):
     stories = []
     for invariant, cell in report.cells.items():
         if cell.counterexample:
-            stories.append(_counterexample.steps_text(cell.counterexample))
+            stories.append(counterexample.steps_text(cell.counterexample))
         elif cell.detail:
             stories.append(f"{name}/{invariant}: {cell.verdict.value}: {cell.detail}")
     assert not differences, "\n".join(map(str, differences)) + "\n\n" + "\n\n".join(stories)
@@ -139,10 +139,10 @@ def test_the_drain_retries_a_job_whose_attempts_ran_out_even_with_a_warm_cache()
     """Regression: drain() used an enabled-actions list cached before draining, so a job
     that had used all its attempts was never retried and ended with no effect (found
     as a fenced/everything_settles "violation" whose trace did not replay)."""
-    from fence._world import World
+    from fence.model.world import World
 
     path = Path(__file__).with_name("regressions") / "drain_warm_cache.json"
-    policy, config, _invariant, actions, _drains = _counterexample.load(path)
+    policy, config, _invariant, actions, _drains = counterexample.load(path)
     world = World(policy, config)
     for action in actions:
         world.apply(action)
@@ -159,4 +159,4 @@ def test_thorough_path_reports_hypothesis_shrink_and_keeps_the_shorter_trace():
     example = result.counterexamples["no_duplicate_writes"]
     assert example.hypothesis_steps is not None
     assert example.rule_steps <= min(example.hypothesis_steps, example.found_steps)
-    assert "its shrinker cut one to" in _counterexample.steps_text(example)
+    assert "its shrinker cut one to" in counterexample.steps_text(example)

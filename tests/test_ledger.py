@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
-from fence._ledger import (
+from fence.base.errors import CapacityExhausted, IllegalMove, StaleAttempt
+from fence.model.ledger import (
     TRANSITIONS,
     Ledger,
     Move,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fence._errors import CapacityExhausted, IllegalMove
-from fence._ledger import Ledger, Move, ReservationState
+from fence.base.errors import CapacityExhausted, IllegalMove
+from fence.model.ledger import Ledger, Move, ReservationState
 
 S = ReservationState
 

@@ -10,9 +10,9 @@ exited 1 for it).
 from __future__ import annotations
 
 from fence import Ledger
-from fence._lockstep import replay_in_lockstep
-from fence._policies import POLICIES
-from fence._world import ModelConfig, Reserve, World
+from fence.search.lockstep import replay_in_lockstep
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig, Reserve, World
 
 ONE = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
 

@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 import pytest
 
 from fence import AttemptState, CommitResult, Decision, Evidence, Guards, Policy, TicketService
-from fence._explore import explore
-from fence._invariants import BY_NAME
-from fence._ledger import Move
-from fence._state_key import generic_state_key, state_key, up_to_janitors
-from fence._policies import POLICIES
-from fence._verdicts import EXPLORER_BOUND
-from fence._world import Crash, Probe, Reserve, Scan, Start, Tick, World
-from fence._worker import WORKER_TRANSITIONS, Phase, WorkerMove, next_phase, worker_mermaid
-from fence._errors import IllegalMove
+from fence.explore.walk import explore
+from fence.model.invariants import BY_NAME
+from fence.model.ledger import Move
+from fence.explore.state_key import generic_state_key, state_key, up_to_janitors
+from fence.model.policies import POLICIES
+from fence.checking.verdicts import EXPLORER_BOUND
+from fence.model.world import Crash, Probe, Reserve, Scan, Start, Tick, World
+from fence.model.worker import WORKER_TRANSITIONS, Phase, WorkerMove, next_phase, worker_mermaid
+from fence.base.errors import IllegalMove
 
 
 class DecideMustNotBeCalled(Policy):
@@ -231,7 +231,7 @@ def test_a_walk_cut_short_is_checked_at_every_depth_it_finished(monkeypatch):
     Its checks once all fell on its first transitions (depths 1 to 4 here);
     each depth it finished now has some of its own.
     """
-    from fence._explore import FaithfulnessCheck
+    from fence.explore.walk import FaithfulnessCheck
 
     depths: list[int] = []
     for name in ("_check_new", "_check_merge"):
@@ -286,7 +286,7 @@ def test_the_model_pages_diagrams_are_the_tables():
     """The two state diagrams in docs/explanation/model.md are what the tables draw today."""
     from pathlib import Path
 
-    from fence._ledger import transitions_mermaid
+    from fence.model.ledger import transitions_mermaid
 
     page = (Path(__file__).resolve().parent.parent / "docs" / "explanation" / "model.md").read_text()
     assert f"```mermaid\n{transitions_mermaid()}\n```" in page

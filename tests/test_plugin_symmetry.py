@@ -2,7 +2,7 @@
 
 ``fence explore --symmetry`` keys a world with plug-ins by the least renaming
 of its jobs, renaming names inside the plug-ins' snapshots too
-(``fence._state_key.symmetric_form``). That rests on the plug-ins treating a
+(``fence.explore.state_key.symmetric_form``). That rests on the plug-ins treating a
 job's name as a label; the faithfulness check replays sampled merges across a
 renaming with the jobs renamed. So each plug-in here, written against the
 public protocols and named by ``FILE.py:ATTR`` as a user would, must either
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 TESTS = Path(__file__).resolve().parent
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 TWO_JOBS = ["--capacity", "2", "--jobs", "2", "--attempts", "1", "--horizon", "1"]
 
 # (policy, the plug-in's option, its spec); the slow ones run with --run-slow.
@@ -76,9 +76,9 @@ def test_answers_a_policy_keeps_as_objects_are_renamed_with_the_jobs():
     sorted by reservation, an order a renaming of the jobs does not keep, and
     its walk at 2 units x 2 jobs with --symmetry was refused as unfaithful.
     """
-    from fence._plugins import load_policy
-    from fence._state_key import generic_state_key
-    from fence._world import ModelConfig, World
+    from fence.model.plugins import load_policy
+    from fence.explore.state_key import generic_state_key
+    from fence.model.world import ModelConfig, World
 
     policy = load_policy(str(TESTS / "seeded/decide_writes.py:LookupThenAbandon"))
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from fence._destination import AttemptState, CommitResult, Guards, TicketService
-from fence._errors import IllegalMove
-from fence._janitor import Janitor, Settlement
-from fence._ledger import Ledger, ReservationState
-from fence._policies import (
+from fence.model.destination import AttemptState, CommitResult, Guards, TicketService
+from fence.base.errors import IllegalMove
+from fence.model.janitor import Janitor, Settlement
+from fence.model.ledger import Ledger, ReservationState
+from fence.model.policies import (
     POLICIES,
     Abandon,
     Decision,

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from fence._experiments_cli import QUICK_PROCESS_LEASE
+from fence.cli.experiments_command import QUICK_PROCESS_LEASE
 from fence.live import crash_boundary, delayed_commit
 from fence.live.fleet_bench import fleet
 from fence.live.process_trials import Processes
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.xdist_group("processes")
 
 TRIALS = 2
 LEASE = QUICK_PROCESS_LEASE
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)], scope="module")

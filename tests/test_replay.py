@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fence import _counterexample
-from fence._errors import BadInput
-from fence._invariants import BY_NAME
+from fence.search import counterexample
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME
 from fence.live import replay_real
 
 # realclock marks the tests that sleep on the real clock; the bad-input ones do not.
@@ -21,7 +21,7 @@ PINNED = sorted((ROOT / "tests" / "pinned").glob("*.json"))
 # The pinned copy, not evidence/: evidence is rewritten by every fence verdicts run.
 NAIVE = ROOT / "tests" / "pinned" / "naive__no_duplicate_writes.json"
 NAIVE_STEPS = len(json.loads(NAIVE.read_text())["steps"])  # the last step is the second write
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def run(*args, cwd=None):
@@ -48,7 +48,7 @@ def test_naive_duplicate_breaks_for_real():
 @pytest.mark.parametrize("path", PINNED, ids=[p.stem for p in PINNED])
 def test_pinned_counterexamples_break_for_real_as_in_the_model(path):
     """Every pinned counterexample breaks the same invariant with the same message as the logical replay."""
-    _, logical = _counterexample.replay(path)
+    _, logical = counterexample.replay(path)
     result = replay_real(path, tick=0.002)
     assert result.violation == logical
     assert result.clock_problems == []

@@ -82,7 +82,7 @@ def test_scripted_model_says_when_the_script_runs_out():
 def test_probe_sdk_command_prints_findings_and_exits_0():
     """`fence probe-sdk` prints a versioned header and every finding, and exits 0 when all hold."""
     result = subprocess.run(
-        [sys.executable, "-m", "fence._cli", "probe-sdk"], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "fence.cli.main", "probe-sdk"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
@@ -102,7 +102,7 @@ def test_probe_sdk_without_strands_is_one_line_and_exit_2():
         "            raise ModuleNotFoundError(name)\n"
         "sys.meta_path.insert(0, Hide())\n"
         "import fence\n"
-        "from fence._cli import main\n"
+        "from fence.cli.main import main\n"
         "sys.exit(main(['probe-sdk']))\n"
     )
     result = subprocess.run([sys.executable, "-c", hide_strands], capture_output=True, text=True, timeout=60)

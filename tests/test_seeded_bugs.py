@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 SEEDED = Path(__file__).resolve().parent / "seeded"
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 INVARIANT_NAMES = [
     "no_duplicate_writes", "no_release_while_effect_exists", "no_early_release", "capacity_conserved",
@@ -84,7 +84,7 @@ def test_a_seeded_bug_is_caught_on_the_invariant_it_breaks(case, tmp_path):
     explorer = row["engines"]["explorer"]
     assert explorer["exhausted"] and explorer["unfaithful"] is None
     # Tested, not trusted: a walk of whole worlds samples its copies and merges; a policy
-    # keyed like fence's own has every call it got made twice (fence._policy_twins).
+    # keyed like fence's own has every call it got made twice (fence.model.policy_twins).
     assert explorer["faithfulness_checks"] > 0 or explorer["policy_calls_checked"] > 0, \
         "a user's plug-ins must be tested, not trusted"
     assert explorer["verdicts"] == {name: WORDS[c] for name, c in zip(INVARIANT_NAMES, explorer_row)}

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 SEEDED = Path(__file__).resolve().parent / "seeded"
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 TWO_BY_TWO = ["--capacity", "2", "--jobs", "2", "--attempts", "2", "--horizon", "2", "--symmetry"]
 
 # name: (the explore arguments, the invariant the bug breaks, its shortest counterexample's length here)

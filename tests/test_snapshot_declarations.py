@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 PLUGIN = str(Path(__file__).resolve().parent / "user_plugins/remembers_last_key.py:RemembersLastKey")
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 @pytest.mark.parametrize("symmetry", [[], ["--symmetry"]], ids=["plain", "symmetric"])

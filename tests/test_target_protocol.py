@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from fence._errors import PluginBroken
-from fence._explore import explore
-from fence._policies import POLICIES
-from fence._world import ModelConfig
+from fence.base.errors import PluginBroken
+from fence.explore.walk import explore
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig
 from fence.targets import Target
 
 BAD = Path(__file__).resolve().parent / "targets_bad"
@@ -59,7 +59,7 @@ def test_a_ledger_without_held_gets_the_one_line_error_from_the_explorer(forgets
 
 def test_a_ledger_without_held_is_refused_when_loaded(capsys):
     """fence check --ledger FILE.py:ATTR: one line naming held, exit 2, before anything runs."""
-    from fence._cli import main
+    from fence.cli.main import main
 
     assert main(["check", "naive", "--ledger", f"{BAD / 'forgets_held.py'}:ForgetsHeld"]) == 2
     err = capsys.readouterr().err.strip()
@@ -87,7 +87,7 @@ def test_a_target_ledger_that_states_no_failure_handler_gets_the_one_line_error(
 # -- the helpers ----------------------------------------------------------------------------
 def test_only_if_it_moves_accepts_a_call_that_changed_the_state_and_refuses_one_that_did_not():
     """A system that refuses nothing: the call is made either way, and refused when it moved nothing."""
-    from fence._errors import IllegalMove
+    from fence.base.errors import IllegalMove
     from fence.targets.protocol import only_if_it_moves, refused_unless
 
     started = {"job1"}
@@ -171,7 +171,7 @@ def test_ranked_ids_and_moved_columns_are_what_the_adapters_share():
 
 def test_fence_targets_offers_exactly_the_profiles_the_table_defines():
     """The parser names the profiles without importing fence.targets; the one table is fence.targets'."""
-    from fence._targets_cli import PROFILE_NAMES
+    from fence.cli.targets_command import PROFILE_NAMES
     from fence.targets import EXPLORER_BOUND, TARGET_PROFILES
 
     assert PROFILE_NAMES == tuple(TARGET_PROFILES)

@@ -23,16 +23,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from fence import _counterexample
-from fence._destination import CommitResult
-from fence._draws import source_independent_draws
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._machines import InvariantViolation, machine_for
-from fence._minimise import replay_actions
-from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
-from fence._world import (
+from fence.search import counterexample
+from fence.model.destination import CommitResult
+from fence.search.draws import source_independent_draws
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.machines import InvariantViolation, machine_for
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES, Decision
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
@@ -59,7 +59,7 @@ def _on(storage, policy, config=ONE) -> World:
 @pytest.mark.parametrize("path", PINNED_NAIVE, ids=[p.stem for p in PINNED_NAIVE])
 def test_the_models_naive_counterexamples_replay_on_procrastinate(path, shipped):
     """Each pinned counterexample of the naive model, replayed on procrastinate's tables, breaks the same invariant."""
-    policy, config, invariant, actions, drains = _counterexample.load(path)
+    policy, config, invariant, actions, drains = counterexample.load(path)
     chosen = [action for action, drain in zip(actions, drains) if not drain]
     replayed = replay_actions(policy, config, chosen, BY_NAME[invariant], shipped.destination_factory, shipped.ledger_factory)
     assert replayed is not None, f"{path.stem} did not break {invariant} on procrastinate"
@@ -251,7 +251,7 @@ def test_the_guard_in_a_task_run_by_procrastinates_own_worker(postgres_url, proc
 
 
 # -- the command line -------------------------------------------------------------------------
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def test_cli_targets_on_an_unreachable_postgres_is_one_line_and_exit_2(procrastinate_module):

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from fence._destination import CommitResult
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._minimise import replay_actions
-from fence._policies import POLICIES
-from fence._verdicts import Verdict, profile_settings
-from fence._world import Confirm, Deliver, Fail, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
+from fence.model.destination import CommitResult
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import Confirm, Deliver, Fail, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
 from tests.target_fixtures import system_fixtures
@@ -284,7 +284,7 @@ def test_fence_replay_replays_the_shipped_rows_duplicate_on_arq(redis_url, arq_m
 
 def test_without_arq_the_target_is_one_line_naming_the_extra(monkeypatch):
     """A missing arq is BadInput in one line that names the pip extra, before any server is touched."""
-    from fence._errors import BadInput
+    from fence.base.errors import BadInput
 
     monkeypatch.delitem(sys.modules, "fence.targets.arq_redis", raising=False)
     monkeypatch.setitem(sys.modules, "arq", None)

@@ -29,16 +29,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from fence._destination import CommitResult
-from fence._draws import source_independent_draws
-from fence._errors import BadInput
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._machines import InvariantViolation, machine_for
-from fence._minimise import replay_actions
-from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
-from fence._world import (
+from fence.model.destination import CommitResult
+from fence.search.draws import source_independent_draws
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.machines import InvariantViolation, machine_for
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES, Decision
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
@@ -334,7 +334,7 @@ def test_redis_sh_starts_a_private_server_and_stops_it():
     assert not Path(os.environ.get("TMPDIR", "/tmp"), f"fence-redis-{port}").exists()
 
 
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 def test_cli_targets_on_an_unreachable_redis_is_one_line_and_exit_2(celery_module):
@@ -348,7 +348,7 @@ def test_cli_targets_on_an_unreachable_redis_is_one_line_and_exit_2(celery_modul
 
 def test_cli_targets_without_celery_is_one_line_naming_the_extra():
     """fence targets --row celery without celery installed: one line naming the extra, exit 2."""
-    blocked = ("import sys; sys.modules['celery'] = None; from fence._cli import main; "
+    blocked = ("import sys; sys.modules['celery'] = None; from fence.cli.main import main; "
                "sys.exit(main(['targets', '--row', 'celery', '--profile', 'quick', '--redis', 'redis://127.0.0.1:1/0']))")
     result = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120)
     lines = [line for line in result.stderr.strip().splitlines() if not line.startswith(("Redis:", "["))]  # not progress

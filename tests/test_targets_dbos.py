@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from fence._destination import CommitResult
-from fence._errors import BadInput
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._minimise import replay_actions
-from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
-from fence._world import (
+from fence.model.destination import CommitResult
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES, Decision
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target

@@ -24,14 +24,14 @@ import time
 
 import pytest
 
-from fence._destination import CommitResult
-from fence._errors import BadInput, IllegalMove
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._minimise import replay_actions
-from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
-from fence._world import (
+from fence.model.destination import CommitResult
+from fence.base.errors import BadInput, IllegalMove
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES, Decision
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
@@ -43,7 +43,7 @@ ONE = ModelConfig(capacity=1, jobs=1)
 ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
 NAIVE = POLICIES["naive"]
 GUARDED = POLICIES["abandon-fenced"]
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
@@ -87,7 +87,7 @@ def test_maintenance_requeues_under_the_same_id_and_the_stale_ack_changes_nothin
 
 def test_a_scan_before_the_heartbeat_timeout_is_refused_and_maintenance_recovers_nothing(shipped, dramatiq_module):
     """One tick into a lease of two: maintenance's query does not list the message, and the ledger refuses the expire."""
-    from fence._ledger import Move
+    from fence.model.ledger import Move
 
     world = _on(shipped, NAIVE)
     world.apply(Reserve("job1"))
@@ -313,7 +313,7 @@ def test_without_dramatiq_the_target_is_one_line_naming_the_extra(monkeypatch):
 
 def test_on_an_unreachable_redis_the_target_is_one_line(dramatiq_module):
     """A Redis nobody listens on: BackendError in one line naming the script that starts one."""
-    from fence._errors import BackendError
+    from fence.base.errors import BackendError
 
     with pytest.raises(BackendError) as unreachable:
         TARGETS["dramatiq"].open("redis://127.0.0.1:1/0")

@@ -1,7 +1,7 @@
 """The exhaustive explorer on procrastinate: the same world, copied by restoring its database.
 
 The target's ledger and fence's destination beside it are restorable
-(``fence._restore``): the explorer's generic path deep-copies them as images of
+(``fence.model.restore``): the explorer's generic path deep-copies them as images of
 their tables and keys them by their ``snapshot()``, and its FaithfulnessCheck
 replays paths from scratch on emptied tables to test both. Here: the shipped
 recipe is violated and the explorer's counterexample replays on a fresh
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from fence._explore import Outcome
-from fence._verdicts import Verdict, profile_settings
+from fence.explore.walk import Outcome
+from fence.checking.verdicts import Verdict, profile_settings
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 from tests.target_fixtures import system_fixtures
@@ -121,7 +121,7 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, procra
 def test_judge_target_combines_both_engines_on_both_rows(postgres_url, procrastinate_module):
     """judge_target: the shipped row violated by both engines, the guarded row, with workers that never fail, proved
     (Hypothesis: not-found)."""
-    from fence._world import ModelConfig
+    from fence.model.world import ModelConfig
 
     one = [ModelConfig(capacity=1, jobs=1)]
     shipped = judge_target(TARGETS["procrastinate"], postgres_url, configs=one,

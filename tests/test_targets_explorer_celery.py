@@ -3,7 +3,7 @@
 As tests/test_targets_explorer.py does for procrastinate: celery's ledger (every
 key of its Redis database: kombu's queues, bindings, ``unacked`` and
 ``unacked_index``, with fence's own records beside them) is restorable
-(``fence._restore``: a dump of every key, a load after FLUSHDB), and the
+(``fence.model.restore``: a dump of every key, a load after FLUSHDB), and the
 destination is fence's in-memory one, so the explorer's generic path copies
 worlds and keys them by their ``snapshot()`` (delivery tags and task ids by
 rank), and its FaithfulnessCheck replays paths from scratch on an emptied
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import pytest
 
-from fence._policies import POLICIES
-from fence._world import ModelConfig, Reserve, Scan, Tick, World
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig, Reserve, Scan, Tick, World
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, mutated_walk_is_caught, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
@@ -129,7 +129,7 @@ def test_a_copys_restore_after_a_load_restores_the_delivery_it_names(shipped, ce
 
 def test_the_deep_profile_walks_two_jobs_after_the_proof_and_checks_every_depth_it_finishes(redis_url, celery_module):
     """judge_target's deeper walk (fence targets --profile deep): recorded apart, cut by its budget, faithful, the proof kept."""
-    from fence._verdicts import Verdict, profile_settings
+    from fence.checking.verdicts import Verdict, profile_settings
     from fence.targets import EXPLORER_DEEP_BOUND, judge_target
 
     found = judge_target(TARGETS["celery+guard"], redis_url, configs=[ModelConfig(capacity=1, jobs=1)],
@@ -145,8 +145,8 @@ def test_the_deep_profile_walks_two_jobs_after_the_proof_and_checks_every_depth_
 @pytest.mark.slow
 def test_a_violation_the_deeper_walk_finds_becomes_its_cell(shipped, redis_url):
     """A cell Hypothesis left not-found is violated by what the walk at 2x2x2 found, with that walk's counterexample."""
-    from fence._invariants import BY_NAME
-    from fence._verdicts import Verdict, profile_settings
+    from fence.model.invariants import BY_NAME
+    from fence.checking.verdicts import Verdict, profile_settings
     from fence.targets import EXPLORER_DEEP_BOUND, _with_violations, judge_target
 
     duplicate = BY_NAME["no_duplicate_writes"]

@@ -2,7 +2,7 @@
 
 As tests/test_targets_explorer.py does for procrastinate: pgqueuer's ledger
 (its queue table, its log and statistics, their sequences) and fence's
-destination beside it are restorable (``fence._restore``), so the explorer's
+destination beside it are restorable (``fence.model.restore``), so the explorer's
 generic path copies them as images and keys them by their ``snapshot()``, and
 its FaithfulnessCheck replays paths from scratch on emptied tables. Here: the
 shipped stale re-pick is violated and the explorer's counterexample replays on
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import pytest
 
-from fence._errors import IllegalMove
-from fence._explore import Outcome
+from fence.base.errors import IllegalMove
+from fence.explore.walk import Outcome
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,

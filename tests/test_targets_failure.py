@@ -28,7 +28,7 @@ from fence.testing import check_target
 pytestmark = pytest.mark.redis
 
 RECORDS = Path(__file__).resolve().parent / "user_targets" / "idempotency_records.py"
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 STALE = "stale_attempt_cannot_change_newer"
 FILE = f"idempotency-records__abandon-fenced__{STALE}.json"
 

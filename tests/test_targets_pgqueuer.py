@@ -29,17 +29,17 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from fence import _counterexample
-from fence._destination import CommitResult
-from fence._draws import source_independent_draws
-from fence._errors import BadInput
-from fence._invariants import BY_NAME, required_dangers
-from fence._lockstep import replay_in_lockstep, without_refusal_reasons
-from fence._machines import InvariantViolation, machine_for
-from fence._minimise import replay_actions
-from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
-from fence._world import (
+from fence.search import counterexample
+from fence.model.destination import CommitResult
+from fence.search.draws import source_independent_draws
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
+from fence.search.machines import InvariantViolation, machine_for
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES, Decision
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
@@ -63,7 +63,7 @@ def _on(storage, policy, config=ONE) -> World:
 @pytest.mark.parametrize("path", PINNED_NAIVE, ids=[p.stem for p in PINNED_NAIVE])
 def test_the_models_naive_counterexamples_replay_on_pgqueuer(path, shipped):
     """Each pinned counterexample of the naive model, replayed on pgqueuer's tables, breaks the same invariant."""
-    policy, config, invariant, actions, drains = _counterexample.load(path)
+    policy, config, invariant, actions, drains = counterexample.load(path)
     chosen = [action for action, drain in zip(actions, drains) if not drain]
     replayed = replay_actions(policy, config, chosen, BY_NAME[invariant], shipped.destination_factory, shipped.ledger_factory)
     assert replayed is not None, f"{path.stem} did not break {invariant} on pgqueuer"
@@ -363,7 +363,7 @@ def test_cli_targets_prints_the_pgqueuer_rows_and_replays_what_it_found(postgres
     on 4, which pgqueuer's failure path breaks (issue 25: log_jobs(failed) checks only the job id, so a stalled
     worker's failure parks the row the recovery holds), so the exit status is 1."""
     result = subprocess.run(
-        [sys.executable, "-m", "fence._cli", "targets", "--profile", "quick", "--postgres", postgres_url,
+        [sys.executable, "-m", "fence.cli.main", "targets", "--profile", "quick", "--postgres", postgres_url,
          "--row", "pgqueuer", "--row", "pgqueuer+guard"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stdout + result.stderr

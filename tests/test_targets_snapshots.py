@@ -1,7 +1,7 @@
 """A target's snapshot with a part left out, written as a user would: a subclass of the shipped ledger.
 
 The explorer merges a target's states by its ledger's ``snapshot()`` and trusts
-it only as far as its FaithfulnessCheck can show (``fence._explore``). Here
+it only as far as its FaithfulnessCheck can show (``fence.explore.walk``). Here
 each target's guarded row gets a storage whose ledger wraps the shipped
 ``snapshot()`` and drops one part of it, the way an adapter written outside the
 repository might:
@@ -34,7 +34,7 @@ import os
 
 import pytest
 
-from fence._explore import Outcome
+from fence.explore.walk import Outcome
 from fence.targets import EXPLORER_BOUND, EXPLORER_DEEP_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS
 

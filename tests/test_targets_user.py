@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from fence._errors import BadInput
-from fence._invariants import BY_NAME
-from fence._minimise import replay_actions
-from fence._policies import POLICIES
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME
+from fence.search.minimise import replay_actions
+from fence.model.policies import POLICIES
 from fence.live import replay_real
-from fence._world import Action, ModelConfig
+from fence.model.world import Action, ModelConfig
 from fence.testing import check_target, replay_target
 
 
@@ -36,7 +36,7 @@ from fence.testing import check_target, replay_target
 pytestmark = pytest.mark.xdist_group("targets-user")
 
 DESK = Path(__file__).resolve().parent / "user_targets" / "forgetful_desk.py"
-FENCE = [sys.executable, "-m", "fence._cli"]
+FENCE = [sys.executable, "-m", "fence.cli.main"]
 BROKEN = "no_early_release"
 """What the forgetting breaks: the abandoned attempt's late commit lands."""
 DESK_FILE = f"forgetful-desk__abandon-fenced__{BROKEN}.json"
@@ -161,7 +161,7 @@ def test_check_target_on_the_target_object_records_where_it_is_found_again(redis
 
 def test_rows_and_targets_are_chosen_as_the_options_say():
     """--target alone runs only the targets; with --row the named built-ins too; neither, every built-in row."""
-    from fence._targets_cli import chosen_targets
+    from fence.cli.targets_command import chosen_targets
     from fence.targets import TARGETS
 
     def rows(row=None, target=None):

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from fence import BadInput, Guards, Reconcile, TicketService, fenced
-from fence import _counterexample
-from fence._verdicts import Verdict, load_expected
-from fence._world import ModelConfig
+from fence.search import counterexample
+from fence.checking.verdicts import Verdict, load_expected
+from fence.model.world import ModelConfig
 from fence.testing import INVARIANT_NAMES, check, check_target
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ticket-fleet"
@@ -49,7 +49,7 @@ def test_naive_is_violated_where_the_committed_matrix_says_and_its_files_replay(
     naive.assert_violated(*violated)
     naive.assert_violated()
     for name in violated:
-        policy, config, invariant, actions, _drains = _counterexample.load(naive.replay_file(name))
+        policy, config, invariant, actions, _drains = counterexample.load(naive.replay_file(name))
         assert (policy.name, invariant) == ("naive", name) and actions
     assert naive.replay_file("capacity_conserved") is None  # proved: no file
 
@@ -103,9 +103,9 @@ def test_names_that_are_not_invariants_or_verdicts_are_refused(naive):
 def test_a_policy_class_is_recorded_so_that_fence_replay_loads_it(tmp_path):
     checked = check(Reconcile, profile="quick", out=tmp_path, configs=[ModelConfig(1, 1)], explorer_bounds=[SMALL_BOUND])
     checked.assert_violated("no_duplicate_writes")
-    data = _counterexample.read_json(checked.replay_file("no_duplicate_writes"))
-    assert data["plugins"] == {"policy": "fence._policies:Reconcile"}
-    policy, *_ = _counterexample.load(checked.replay_file("no_duplicate_writes"))
+    data = counterexample.read_json(checked.replay_file("no_duplicate_writes"))
+    assert data["plugins"] == {"policy": "fence.model.policies:Reconcile"}
+    policy, *_ = counterexample.load(checked.replay_file("no_duplicate_writes"))
     assert policy == Reconcile()
 
 
@@ -119,7 +119,7 @@ def test_objects_fence_cannot_import_again_are_named_and_replay_refuses_them(tmp
     assert "fence replay cannot run these files: the policy and the destination cannot be imported again" in str(failed.value)
     assert "replay it:" not in str(failed.value)
     with pytest.raises(BadInput, match="found with a policy passed to fence.testing as an object fence cannot import"):
-        _counterexample.load(checked.replay_file("no_release_while_effect_exists"))
+        counterexample.load(checked.replay_file("no_release_while_effect_exists"))
 
 
 @pytest.mark.parametrize("arguments, refusal", [

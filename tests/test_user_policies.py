@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fence._explore import Outcome, explore, walk
-from fence._invariants import BY_NAME
-from fence._plugins import load_policy
-from fence._policies import POLICIES
-from fence._world import ModelConfig
+from fence.explore.walk import Outcome, explore, walk
+from fence.model.invariants import BY_NAME
+from fence.model.plugins import load_policy
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig
 
 HERE = Path(__file__).resolve().parent / "user_policies"
 COPIES = {

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from fence._explore import explore
-from fence._policies import POLICIES
-from fence._visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, of_plain
-from fence._world import ModelConfig, Reserve, Tick
+from fence.explore.walk import explore
+from fence.model.policies import POLICIES
+from fence.explore.visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, of_plain
+from fence.model.world import ModelConfig, Reserve, Tick
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("explorer_results", ROOT / "tools" / "explorer_results.py")
@@ -105,7 +105,7 @@ def test_the_collision_chance_is_reported_as_tlc_estimates_it():
 
 def test_the_summary_and_the_json_give_the_fingerprints_and_their_collision_chance(tmp_path):
     """``fence explore`` says how states were kept and the chance of a merge, in words and in JSON."""
-    command = [sys.executable, "-m", "fence._cli", "explore", "--policy", "naive", "--attempts", "1",
+    command = [sys.executable, "-m", "fence.cli.main", "explore", "--policy", "naive", "--attempts", "1",
                "--horizon", "3", "--out", str(tmp_path)]
     text = subprocess.run(command, capture_output=True, text=True)
     as_json = subprocess.run(command + ["--json"], capture_output=True, text=True)
@@ -119,12 +119,12 @@ def test_the_summary_and_the_json_give_the_fingerprints_and_their_collision_chan
 def test_a_user_s_plug_ins_keep_their_visited_states_as_compactly_as_fence_s_own():
     """The same compact path for a plug-in from a file: flat arrays of fingerprints and parent numbers, at most
     64 bytes a state (issue 28) for fence's own parts and a user's alike."""
-    from fence import _plugins
+    from fence.model import plugins
 
     seeded = ROOT / "tests" / "seeded"
     builtin = explore(POLICIES["abandon-fenced"], CI_BOUND)
     users = explore(POLICIES["abandon-fenced"], CI_BOUND,
-                    ledger_factory=_plugins.load_ledger(f"{seeded / 'ledger_frees_twice.py'}:LedgerFreesTwice"))
+                    ledger_factory=plugins.load_ledger(f"{seeded / 'ledger_frees_twice.py'}:LedgerFreesTwice"))
     per_state = [found.visited_bytes / found.states for found in (builtin, users)]
     assert all(14 < each <= 64 for each in per_state), per_state
 
@@ -132,7 +132,7 @@ def test_a_user_s_plug_ins_keep_their_visited_states_as_compactly_as_fence_s_own
 def test_the_visited_table_finds_every_state_it_was_given_and_no_other():
     """Fingerprints by number, an open-addressing index that grows: each added state is found by its fingerprint
     with its own number and parent, through several doublings; fingerprints sharing low bits probe on."""
-    from fence._visited import VisitedTable
+    from fence.explore.visited import VisitedTable
 
     crowded = [(n << 40) | 7 for n in range(1, 300)]  # one slot for all of them in any index under 2^40
     spread = [of_plain(("state", n)) for n in range(20_000)]
@@ -150,7 +150,7 @@ def test_the_visited_table_finds_every_state_it_was_given_and_no_other():
 
 
 def test_the_frontier_gives_back_its_rows_in_order_after_spilling_them_to_a_file():
-    from fence._visited import Frontier
+    from fence.explore.visited import Frontier
 
     level = Frontier(width=3, budget=40)  # a few rows in memory, the rest in the level's file
     rows = [(n, n * 7 % 11, 2**32 - 1 - n) for n in range(1000)]
@@ -168,18 +168,19 @@ def test_the_frontier_gives_back_its_rows_in_order_after_spilling_them_to_a_file
 ])
 def test_a_walk_that_spills_its_frontier_and_rebuilds_its_worlds_concludes_the_same(name, monkeypatch):
     """Every level in a file and almost no World kept: the same states, verdicts and counterexamples."""
-    from fence import _explore, _visited
+    from fence.explore import walk
+    from fence.explore import visited
 
-    monkeypatch.setattr(_visited, "FRONTIER_BUDGET", 16)
-    monkeypatch.setattr(_explore.WorldWalk, "WORLDS_KEPT", 2)
+    monkeypatch.setattr(visited, "FRONTIER_BUDGET", 16)
+    monkeypatch.setattr(walk.WorldWalk, "WORLDS_KEPT", 2)
     walks = []
-    walk = _explore.walk
+    walk = walk.walk
 
     def counted(*args, **options):
         walks.append(walk(*args, **options))
         return walks[-1]
 
-    monkeypatch.setattr(_explore, "walk", counted)
+    monkeypatch.setattr(walk, "walk", counted)
     walked, figures = explorer_results.walk(ROWS[name])
     assert explorer_results.differences(RECORDED, {name: figures}) == []
     assert walks and walks[-1].spilled > 0.9 * walks[-1].states

@@ -13,9 +13,9 @@ from collections import deque
 
 import pytest
 
-from fence._policies import POLICIES
-from fence._state_key import state_key
-from fence._world import (
+from fence.model.policies import POLICIES
+from fence.explore.state_key import state_key
+from fence.model.world import (
     ACTION_KINDS,
     Confirm,
     Crash,

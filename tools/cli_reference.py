@@ -43,7 +43,7 @@ def render() -> str:
     """The page's text, from the parser as the code builds it today."""
     os.environ["COLUMNS"] = WIDTH
     sys.path.insert(0, str(ROOT))
-    from fence._cli import build_parser
+    from fence.cli.main import build_parser
 
     parser = build_parser()
     parts = [HEADER, "## fence\n", "```text\n" + parser.format_help().rstrip() + "\n```\n"]

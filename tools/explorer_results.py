@@ -26,9 +26,9 @@ import json
 import sys
 from pathlib import Path
 
-from fence._explore import explore_with_workers
-from fence._policies import POLICIES
-from fence._world import ModelConfig
+from fence.explore.walk import explore_with_workers
+from fence.model.policies import POLICIES
+from fence.model.world import ModelConfig
 
 CI_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
 HORIZON_4 = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4)
@@ -77,15 +77,15 @@ def rows(which: str) -> list[dict]:
 
 def walk(row: dict) -> tuple[str, dict]:
     """Explore one row and return its name and every figure the explorer concluded."""
-    from fence import _plugins
-    from fence._invariants import required_dangers
+    from fence.model import plugins
+    from fence.model.invariants import required_dangers
 
     def spec(text):
         return str(SEEDED / text) if text and ".py:" in text else text
 
-    policy = POLICIES[row["policy"]] if row["policy"] in POLICIES else _plugins.load_policy(spec(row["policy"]))
-    destination = _plugins.load_destination(spec(row["destination"])) if row.get("destination") else None
-    ledger = _plugins.load_ledger(spec(row["ledger"])) if row.get("ledger") else None
+    policy = POLICIES[row["policy"]] if row["policy"] in POLICIES else plugins.load_policy(spec(row["policy"]))
+    destination = plugins.load_destination(spec(row["destination"])) if row.get("destination") else None
+    ledger = plugins.load_ledger(spec(row["ledger"])) if row.get("ledger") else None
     found = explore_with_workers(
         policy, row["config"], workers=row["workers"], share_levels="always", symmetry=row["symmetry"],
         destination_factory=destination, ledger_factory=ledger,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
+from fence.base.errors import CapacityExhausted, IllegalMove, StaleAttempt
 
 
 class TokenState(enum.Enum):

@@ -1,7 +1,7 @@
 """``fence probe-sdk``: run the SDK probes against the installed strands-agents and print them.
 
 Exit 0 when every assumption holds, 1 when one does not. The caller in
-``fence._cli`` imports this module inside its handler and turns the ImportError
+``fence.cli.main`` imports this module inside its handler and turns the ImportError
 of a missing strands into one line and exit 2.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from fence import _evidence
+from fence.base import evidence
 import strands  # noqa: F401  -- fail at import, before any output, when the extra is missing
 
 
 def header(argv: list[str] | None = None) -> list[str]:
     command = " ".join(["fence", *(argv if argv is not None else sys.argv[1:])])
-    return _evidence.header(command, ("fence", "strands-agents"))
+    return evidence.header(command, ("fence", "strands-agents"))
 
 
 def cmd_probe_sdk(args) -> int:

@@ -48,13 +48,13 @@ from typing import Callable
 
 from strands import Agent, tool
 
-from fence._destination import CommitResult, TicketService
-from fence._errors import CapacityExhausted, IllegalMove, StaleAttempt
-from fence._janitor import Janitor, Settlement
-from fence._ledger import Ledger, Reservation, ReservationState
+from fence.model.destination import CommitResult, TicketService
+from fence.base.errors import CapacityExhausted, IllegalMove, StaleAttempt
+from fence.model.janitor import Janitor, Settlement
+from fence.model.ledger import Ledger, Reservation, ReservationState
 from fence.live.facts import LiveRun
-from fence._policies import Decision, JanitorPolicy
-from fence._worker import ALIVE_PHASES, CONFIRM_MOVES
+from fence.model.policies import Decision, JanitorPolicy
+from fence.model.worker import ALIVE_PHASES, CONFIRM_MOVES
 from fence.agents.budget import TokenBudget, call_limit
 from fence.agents.scripted import ScriptedModel, Turn
 
@@ -93,7 +93,7 @@ class FleetReport:
     turned_away: list[str] = field(default_factory=list)
     """Jobs never started because the quota was spent (not a failure of the policy)."""
     broken: dict[str, str] = field(default_factory=dict)
-    """The invariants the run's facts broke, with how (fence._invariants, judged by fence.live.facts)."""
+    """The invariants the run's facts broke, with how (fence.model.invariants, judged by fence.live.facts)."""
 
     @property
     def duplicates(self) -> int:

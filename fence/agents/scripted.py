@@ -23,7 +23,7 @@ from typing import Any, AsyncGenerator, Iterable
 
 from strands.models import Model
 
-from fence._errors import FenceError
+from fence.base.errors import FenceError
 
 _tool_use_ids = itertools.count(1)
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from fence._destination import Guards, TicketService
-from fence._errors import BackendError
-from fence._ledger import Ledger, Move, Reservation
-from fence._restore import Restorer
+from fence.model.destination import Guards, TicketService
+from fence.base.errors import BackendError
+from fence.model.ledger import Ledger, Move, Reservation
+from fence.model.restore import Restorer
 from fence.backends._restoring import RestorableSqlDestination, RestorableSqlLedger
 from fence.backends._sql import SCHEMA_VERSION, SqlDestination, SqlLedger, SqlStore
 
@@ -49,7 +49,7 @@ class MemoryLedger(Ledger):
     and ``claim_expired`` (atomic only because one process owns the ledger)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
 
     def __init__(self, capacity: int, clock=time.time) -> None:
         super().__init__(capacity)
@@ -179,7 +179,7 @@ class ModelStorage:
         self.store = open_store(url, reset=True, namespace=namespace)
         self._half_given = False
         self.restorers = {"ledger": Restorer(), "destination": Restorer()}
-        """Which copy's image fence's ledger tables, and its destination tables, hold (fence._restore)."""
+        """Which copy's image fence's ledger tables, and its destination tables, hold (fence.model.restore)."""
 
     def __reduce__(self):
         return (_storage_of_this_process, (self.url,))

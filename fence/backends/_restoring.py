@@ -1,6 +1,6 @@
 """fence's SQL ledger and destination, restorable: what the explorer copies on a real database.
 
-``SqlLedger`` and ``SqlDestination`` unchanged, with ``fence._restore``'s two
+``SqlLedger`` and ``SqlDestination`` unchanged, with ``fence.model.restore``'s two
 methods added: a copy is its image of the tables it keeps (the ledger:
 ``fence_reservations`` and ``fence_keys``; the destination: ``fence_effects``
 and ``fence_attempts``) and the state of their id sequences, and before each
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 
-from fence._destination import Guards, payloads_by_key
-from fence._restore import Restorable, Restorer, reads, writes
+from fence.model.destination import Guards, payloads_by_key
+from fence.model.restore import Restorable, Restorer, reads, writes
 from fence.backends._sql import POSTGRES, SqlDestination, SqlLedger, SqlStore
 
 _SEQUENCED = {"fence_reservations": "seq", "fence_effects": "seq"}
@@ -104,7 +104,7 @@ class RestorableSqlLedger(Restorable, SqlLedger):
     """``SqlLedger`` whose copies are images of its tables (see the module doc)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
 
     SHARED = ("store", "_tables")
 
@@ -149,7 +149,7 @@ class RestorableSqlDestination(Restorable, SqlDestination):
     """``SqlDestination`` whose copies are images of its tables (see the module doc)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
 
     SHARED = ("store", "guards", "_tables")
 

@@ -50,9 +50,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from fence._destination import AttemptState, CommitResult, Effect, Guards, judge_commit, payloads_by_key
-from fence._errors import BackendError, WitnessRequired
-from fence._ledger import (
+from fence.model.destination import AttemptState, CommitResult, Effect, Guards, judge_commit, payloads_by_key
+from fence.base.errors import BackendError, WitnessRequired
+from fence.model.ledger import (
     TRANSITIONS,
     Move,
     Reservation,
@@ -320,7 +320,7 @@ class SqlLedger:
     """fence.Ledger's interface on a SQL store (quota semantics; no ``slots``)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
 
     slots = False
 
@@ -491,7 +491,7 @@ class SqlDestination:
     """fence.Destination on a SQL store: effects with a UNIQUE fence, and an attempts witness."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence._world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
 
     def __init__(self, store: SqlStore, guards: Guards) -> None:
         store.setting("guards", guards.describe())

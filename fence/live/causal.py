@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fence._destination import CommitResult
-from fence._ledger import ReservationState
-from fence._observer import ReleaseJudgement
-from fence._worker import ALIVE_PHASES
+from fence.model.destination import CommitResult
+from fence.model.ledger import ReservationState
+from fence.model.observer import ReleaseJudgement
+from fence.model.worker import ALIVE_PHASES
 from fence.live.children import DATABASE_ERRORS, Reconnecting
 from fence.live.facts import OPEN, SETTLED, LiveRun
 from fence.live.messages import (
@@ -257,7 +257,7 @@ class Audit:
     capacity: int
     freed_twice: list[str]
     broken: dict[str, str] = field(default_factory=dict)
-    """Every invariant the run's facts broke (fence._invariants), with how."""
+    """Every invariant the run's facts broke (fence.model.invariants), with how."""
 
     @property
     def problems(self) -> list[str]:

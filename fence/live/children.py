@@ -37,13 +37,13 @@ import sqlite3
 import time
 from typing import Any, Callable, Iterator
 
-from fence._destination import AttemptState
-from fence._errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
-from fence._janitor import Janitor
-from fence._ledger import ReservationState
-from fence._observer import ObservedDestination
-from fence._policies import POLICIES, Decision
-from fence._worker import CONFIRM_MOVES
+from fence.model.destination import AttemptState
+from fence.base.errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
+from fence.model.janitor import Janitor
+from fence.model.ledger import ReservationState
+from fence.model.observer import ObservedDestination
+from fence.model.policies import POLICIES, Decision
+from fence.model.worker import CONFIRM_MOVES
 from fence.backends import open_backend
 from fence.live.facts import SETTLED
 from fence.live.messages import (
@@ -211,7 +211,7 @@ def attempt(db: Reconnecting, link: Link, order: RunAttempt) -> None:
     if crash == "after-effect":
         link.wait_at(crash)
     move = CONFIRM_MOVES.get(result)
-    if move is None:  # a refusal: give up (fence._worker's answer-to-confirm rule)
+    if move is None:  # a refusal: give up (fence.model.worker's answer-to-confirm rule)
         link.send(Done("gave up", reason=result.value))
         return
     link.send(Confirming())  # if we are killed before the answer, the parent knows a confirm may have landed

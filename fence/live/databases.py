@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from typing import Iterator
 
-from fence._errors import BackendError, BadInput
-from fence._policies import POLICIES
+from fence.base.errors import BackendError, BadInput
+from fence.model.policies import POLICIES
 from fence.backends import POSTGRES_SCRIPT, open_backend, private_postgres
 
 SCRIPT = POSTGRES_SCRIPT

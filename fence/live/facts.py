@@ -13,9 +13,9 @@ in the order it learned them:
                                   any of them, or a refusal -> failed (reported)
     janitor: expired (freed or held), settled (freed or kept), abandon answered
 
-Each worker's phase moves through ``fence._worker.WORKER_TRANSITIONS`` (the
+Each worker's phase moves through ``fence.model.worker.WORKER_TRANSITIONS`` (the
 same table World uses), every fact goes to an ``Observer``, and ``judge()``
-runs ``fence._invariants.INVARIANTS`` on the run exactly as on a World: a
+runs ``fence.model.invariants.INVARIANTS`` on the run exactly as on a World: a
 ``LiveRun`` offers the three readings they take (``observer``, ``jobs`` and
 ``live_writers()``). No engine keeps its own audit, and no judgement takes the
 destination's or the ledger's word: whether an effect existed at a release is
@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from fence._destination import CommitResult, Effect
-from fence._invariants import INVARIANTS
-from fence._ledger import Move, ReservationState
-from fence._observer import ObservedDestination, Observer, ProtocolBroken, ReleaseJudgement
-from fence._worker import UNSENT_PHASES, Phase, WorkerMove, can_still_write, confirm_move, hearing, next_phase
+from fence.model.destination import CommitResult, Effect
+from fence.model.invariants import INVARIANTS
+from fence.model.ledger import Move, ReservationState
+from fence.model.observer import ObservedDestination, Observer, ProtocolBroken, ReleaseJudgement
+from fence.model.worker import UNSENT_PHASES, Phase, WorkerMove, can_still_write, confirm_move, hearing, next_phase
 
 FREEING_MOVES = {Move.EXPIRE_AND_RELEASE, Move.SETTLE_UNUSED}
 """The janitor moves that hand a unit back to the pool."""

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fence._errors import BackendError
-from fence._ledger import ReservationState
+from fence.base.errors import BackendError
+from fence.model.ledger import ReservationState
 from fence.live.causal import Audit, CausalFacts, audit
 from fence.live.children import DATABASE_ERRORS, Reconnecting, janitor_main, worker_main
 from fence.live.facts import SETTLED, LiveRun

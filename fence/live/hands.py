@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from fence._errors import BackendError
+from fence.base.errors import BackendError
 from fence.live.children import child_life
 from fence.live.messages import Exited, Ready, Report, Stop
 

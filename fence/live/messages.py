@@ -17,8 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fence._destination import AttemptState, CommitResult
-from fence._ledger import ReservationState
+from fence.model.destination import AttemptState, CommitResult
+from fence.model.ledger import ReservationState
 
 
 @dataclass(frozen=True)

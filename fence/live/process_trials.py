@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from fence._destination import CommitResult
-from fence._errors import BackendError
-from fence._observer import ReleaseJudgement
-from fence._policies import POLICIES
+from fence.model.destination import CommitResult
+from fence.base.errors import BackendError
+from fence.model.observer import ReleaseJudgement
+from fence.model.policies import POLICIES
 from fence.backends import open_backend
 from fence.live.causal import Audit, audit, record_fact
 from fence.live.children import janitor_main, worker_main

@@ -13,11 +13,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from fence import _counterexample
-from fence._errors import BadInput, IllegalMove, StaleAttempt
-from fence._invariants import BY_NAME
-from fence._policies import POLICIES, JanitorPolicy
-from fence._world import Action, InapplicableAction, Tick, World
+from fence.search import counterexample
+from fence.base.errors import BadInput, IllegalMove, StaleAttempt
+from fence.model.invariants import BY_NAME
+from fence.model.policies import POLICIES, JanitorPolicy
+from fence.model.world import Action, InapplicableAction, Tick, World
 
 
 @dataclass
@@ -63,9 +63,9 @@ def replay_real(path, tick: float = 0.05, policies: dict[str, JanitorPolicy] = P
     seconds per tick, and the World's clock is checked against the monotonic
     clock scaled to ticks. The named invariant is checked after every step.
     """
-    policy, config, invariant, actions, drains = _counterexample.load(path, policies)
+    policy, config, invariant, actions, drains = counterexample.load(path, policies)
     inv = BY_NAME[invariant]
-    world = World(policy, config, *_counterexample.load_plugins(path))
+    world = World(policy, config, *counterexample.load_plugins(path))
     handles: collections.Counter = collections.Counter()
     actors = [_actor(a, handles) for a in actions]
     turn = threading.Condition()

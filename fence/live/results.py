@@ -33,7 +33,7 @@ class TrialResult:
     events: list[Event]
     settled: bool = True
     broken: dict[str, str] = field(default_factory=dict)
-    """The invariants (fence._invariants) this trial's facts broke, with how."""
+    """The invariants (fence.model.invariants) this trial's facts broke, with how."""
 
 
 @dataclass

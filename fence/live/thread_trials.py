@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 
-from fence._destination import CommitResult
-from fence._ledger import ReservationState
-from fence._policies import POLICIES
+from fence.model.destination import CommitResult
+from fence.model.ledger import ReservationState
+from fence.model.policies import POLICIES
 from fence.live.experiments import CONTENTION_POLICY, CONTENTION_UNITS, CONTENTION_WORKERS, EXPERIMENTS
 from fence.live.results import TrialResult, when
 from fence.live.threads import AttemptSpec, Release, ThreadRun

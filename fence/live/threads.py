@@ -25,13 +25,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from fence._destination import AttemptState, CommitResult, Guards, TicketService
-from fence._errors import IllegalMove, StaleAttempt
-from fence._janitor import Janitor, Settlement
-from fence._ledger import Ledger, Reservation, ReservationState
-from fence._observer import ReleaseJudgement
-from fence._policies import Decision, JanitorPolicy
-from fence._worker import CONFIRM_MOVES
+from fence.model.destination import AttemptState, CommitResult, Guards, TicketService
+from fence.base.errors import IllegalMove, StaleAttempt
+from fence.model.janitor import Janitor, Settlement
+from fence.model.ledger import Ledger, Reservation, ReservationState
+from fence.model.observer import ReleaseJudgement
+from fence.model.policies import Decision, JanitorPolicy
+from fence.model.worker import CONFIRM_MOVES
 from fence.live.facts import LiveRun
 from fence.live.results import Event
 
@@ -261,7 +261,7 @@ class ThreadRun:
             return
         with self.lock:
             move = CONFIRM_MOVES.get(record.result)
-            if move is None:  # a refusal: the worker gives up (fence._worker's answer-to-confirm rule)
+            if move is None:  # a refusal: the worker gives up (fence.model.worker's answer-to-confirm rule)
                 log(lane, "gives_up", f"refused ({record.result.value}): gives up")
                 record.confirmed = "gave up"
                 if spec.fail == "on-refusal":

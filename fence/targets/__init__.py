@@ -8,13 +8,13 @@ broker), on its real library and its real server. fence drives
 it with the model's own ``World``: the target's job table and its own
 recovery call are the ledger (``ledger_factory``), the task's side effect is a
 write at a destination (``destination_factory``), and every run is judged by
-the one observer (``fence._observer``) and the seven ``INVARIANTS`` on the
+the one observer (``fence.model.observer``) and the seven ``INVARIANTS`` on the
 facts fence recorded, never on what the system says about itself. So the
 Hypothesis machines, the minimiser and replay all run on the real system
 unchanged.
 
 Each target names the model policy it claims to implement. A run of the
-machines also drives that policy's model in lockstep (``fence._lockstep``):
+machines also drives that policy's model in lockstep (``fence.search.lockstep``):
 where the real system moves differently from its model (accepts a move the
 model refuses, calls a lease expired that the model does not), the difference
 is recorded with the run that shows it and reported as a finding about the
@@ -66,10 +66,10 @@ from typing import Iterable, Iterator
 
 from hypothesis import settings
 
-from fence._lockstep import Differences, lockstep_machine, without_refusal_reasons
-from fence._policies import POLICIES, JanitorPolicy
-from fence._verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
-from fence._world import ModelConfig, World
+from fence.search.lockstep import Differences, lockstep_machine, without_refusal_reasons
+from fence.model.policies import POLICIES, JanitorPolicy
+from fence.checking.verdicts import DEFAULT_CONFIGS, Cell, PolicyReport, Verdict, combine, survey_config, with_explorer
+from fence.model.world import ModelConfig, World
 from fence.backends import private_postgres, private_redis
 from fence.targets.images import PostgresSession, PostgresTables, RedisDatabase, RedisImage, RedisSession, SchemaImage
 from fence.targets.protocol import (
@@ -120,14 +120,14 @@ class Target:
 
     def __post_init__(self) -> None:
         if isinstance(self.policy, str):  # a built-in's name, or MODULE:ATTR / FILE.py:ATTR
-            from fence._plugins import load_policy
+            from fence.model.plugins import load_policy
 
             object.__setattr__(self, "policy", load_policy(self.policy))
 
     def problem(self) -> str | None:
         """Why this cannot be a target row (one line), or None."""
         from fence.targets.loading import storage_spec_problem
-        from fence._policies import policy_problem
+        from fence.model.policies import policy_problem
 
         if not isinstance(self.row, str) or not self.row.strip():
             return f"row must be a non-empty name, not {self.row!r}"
@@ -370,7 +370,7 @@ class TargetProfile:
     a later one walked for at most ``EXPLORER_DEEP_BUDGET`` seconds."""
     faithfulness: tuple[int, int]
     """(new states, merges) the FaithfulnessCheck replays from scratch on an emptied database
-    (``fence._explore.explore``'s ``faithfulness``); each replay costs dozens of restores."""
+    (``fence.explore.walk.explore``'s ``faithfulness``); each replay costs dozens of restores."""
 
 
 _WITH_FAILURES = tuple(replace(config, failures=True) for config in DEFAULT_CONFIGS)
@@ -448,7 +448,7 @@ def judge_target(
     runs), so a guarded row is proved only once ``failure_after_effect`` is
     reached too; False walks each as given.
 
-    What ``fence._verdicts.judge`` does with a ``ledger_factory`` (a surveying
+    What ``fence.checking.verdicts.judge`` does with a ``ledger_factory`` (a surveying
     Hypothesis run per configuration, each violation minimised by replays on
     fresh databases, the row combined with its dangers), with the lockstep
     mirror added to each run's machine. Then, unless ``explore`` is False or
@@ -545,7 +545,7 @@ class RunClock:
 
 def _with_violations(report: PolicyReport, found) -> None:
     """The cells a walk beyond the first bound found violated (each replayed from scratch) say so."""
-    from fence._explore import Outcome
+    from fence.explore.walk import Outcome
 
     for name, result in found.results.items():
         cell = report.cells[name]
@@ -558,13 +558,13 @@ def _with_violations(report: PolicyReport, found) -> None:
 
 
 def explore_target(target: Target, storage, config: ModelConfig = EXPLORER_BOUND, **options):
-    """The exhaustive explorer on the real system: ``fence._explore.explore`` with the storage's factories.
+    """The exhaustive explorer on the real system: ``fence.explore.walk.explore`` with the storage's factories.
 
     The same world, policies, invariants and observer as every engine; the
     generic path copies the target's restorable ledger and destination, keys
     them by their ``snapshot()`` and tests both with its ``FaithfulnessCheck``.
     """
-    from fence._explore import explore
+    from fence.explore.walk import explore
 
     return explore(target.policy, config, destination_factory=storage.destination_factory,
                    ledger_factory=storage.ledger_factory, **options)

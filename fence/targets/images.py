@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The explorer copies a target's ledger by its image (``fence._restore``): one
+The explorer copies a target's ledger by its image (``fence.model.restore``): one
 immutable value holding everything the ledger keeps on the server, read back
 by ``dump`` and written back, whatever the server held, by ``load``. Two
 servers cover the shipped targets and most job systems, so their images are
@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, Iterable, Mapping
 
-from fence._errors import BackendError
+from fence.base.errors import BackendError
 from fence.targets.protocol import ModelTime, Restorer
 
 
@@ -278,7 +278,7 @@ class RedisSession:
             raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
         self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds)
         self.restorer = Restorer()
-        """Which ledger's image the database holds (``fence._restore``)."""
+        """Which ledger's image the database holds (``fence.model.restore``)."""
 
     def dump(self) -> RedisImage:
         return self.database.dump()
@@ -466,7 +466,7 @@ class PostgresSession:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise BackendError(f"{url}: cannot open {self.SYSTEM} there ({reason})") from None
         self.restorer = Restorer()
-        """Which ledger's image the tables hold (``fence._restore``)."""
+        """Which ledger's image the tables hold (``fence.model.restore``)."""
         self._dump_query = self.image.dump_query(self.sequences)
 
     # -- what a target writes --------------------------------------------------------------

@@ -14,10 +14,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from fence._counterexample import TargetRecord, read_json, run_of, target_record
-from fence._errors import BadInput
-from fence._plugins import UNIMPORTABLE, absolute, load_attribute
-from fence._world import Action, ModelConfig
+from fence.search.counterexample import TargetRecord, read_json, run_of, target_record
+from fence.base.errors import BadInput
+from fence.model.plugins import UNIMPORTABLE, absolute, load_attribute
+from fence.model.world import Action, ModelConfig
 
 
 def storage_spec_problem(spec) -> str | None:

@@ -8,7 +8,7 @@ rest. A target is three pieces:
 
 * a **ledger** (subclass ``TargetLedger``): fence's ledger protocol on the
   system's own calls. Every member of the protocol is required
-  (``fence._protocol.LEDGER_METHODS`` and ``LEDGER_PROPERTIES``, listed once
+  (``fence.model.protocol.LEDGER_METHODS`` and ``LEDGER_PROPERTIES``, listed once
   there; a ledger without one gets the one-line protocol error from every
   engine):
 
@@ -137,10 +137,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, TypeVar
 
-from fence._errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
-from fence._ledger import HOLDING_STATES, Move, Reservation, ReservationState
-from fence._protocol import LEDGER_METHODS, LEDGER_PROPERTIES
-from fence._restore import Restorable, Restorer, reads, writes
+from fence.base.errors import BackendError, CapacityExhausted, IllegalMove, StaleAttempt
+from fence.model.ledger import HOLDING_STATES, Move, Reservation, ReservationState
+from fence.model.protocol import LEDGER_METHODS, LEDGER_PROPERTIES
+from fence.model.restore import Restorable, Restorer, reads, writes
 from fence.backends import ModelStorage
 
 T = TypeVar("T")

@@ -4,7 +4,7 @@
 environment, or one the project's scripts start and stop); a violated cell's
 counterexample is written with the target it was found on (``record_of``), so
 that ``replay_target`` finds the target again (``fence.targets.loading``) and
-replays the run through the one replay loop (``fence._minimise.play``) on a
+replays the run through the one replay loop (``fence.search.minimise.play``) on a
 world made from the target's storage: never on fence's model.
 """
 
@@ -15,13 +15,13 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fence import _counterexample
-from fence._counterexample import TargetRecord
-from fence._errors import BadInput
-from fence._invariants import BY_NAME
-from fence._minimise import NotEnabled, play
-from fence._plugins import absolute
-from fence._world import World
+from fence.search import counterexample
+from fence.search.counterexample import TargetRecord
+from fence.base.errors import BadInput
+from fence.model.invariants import BY_NAME
+from fence.search.minimise import NotEnabled, play
+from fence.model.plugins import absolute
+from fence.model.world import World
 from fence.targets.loading import load_target_run
 
 
@@ -68,8 +68,8 @@ def write_target_counterexamples(report, target, spec: str | None, out: Path) ->
     for cell in report.cells.values():
         if cell.counterexample is not None:
             cell.counterexample = replace(cell.counterexample, target=record)
-            mine.extend(_counterexample.write(cell.counterexample, out))
-    _counterexample.remove_stale(out, target.policy.name, mine, target.row)
+            mine.extend(counterexample.write(cell.counterexample, out))
+    counterexample.remove_stale(out, target.policy.name, mine, target.row)
     return mine
 
 
@@ -98,7 +98,7 @@ class TargetReplay:
     system: str
     """The system it replayed on, in words: the library and its version, the server and its URL."""
     steps: tuple
-    """The world's steps (``fence._world.Step``), the drain's included."""
+    """The world's steps (``fence.model.world.Step``), the drain's included."""
     violation: str | None
     broke_at: int | None
     """The chosen step after which the invariant broke (a teardown invariant: the last)."""
@@ -112,7 +112,7 @@ def replay_target(path: Path, postgres: str | None = None, redis: str | None = N
     The target is found again from the file (its spec, or the built-in row), its
     server taken from ``postgres``/``redis`` or the environment, or started by the
     project's scripts; the run goes through the one replay loop
-    (``fence._minimise.play``) on a world made from the target's storage.
+    (``fence.search.minimise.play``) on a world made from the target's storage.
     """
     run = load_target_run(Path(path))
     target = run.target

@@ -1,7 +1,7 @@
 """User policies that lack a property fence's keyed engine rests on, each in one way.
 
 Each is abandon-fenced but for one habit. None breaks its protocol: each
-is explored, on whole worlds (``fence._policy_twins`` says why each is
+is explored, on whole worlds (``fence.model.policy_twins`` says why each is
 caught). ``FOR_JOB2_ONLY`` is the one whose habit changes a verdict: it
 frees job2's units without abandoning the attempt, so a keyed walk that
 took its job1 answers for job2's would prove what is false.

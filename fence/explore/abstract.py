@@ -1,0 +1,710 @@
+"""The explorer's abstract walk: a new state is expanded and judged from the memos; a World is built only on a miss.
+
+Why
+---
+With the step memo (``fence.explore.transitions``) a transition into a state seen
+before costs a lookup, but every *new* state was still made for real (clone
+and apply), its enabled actions listed, and its invariants and drain judged on
+that World. At 2 units x 2 jobs x 2 attempts that was nearly all of the walk's
+time, while the memos could already answer almost every question asked of the
+new state: the step memo learned from 4,864 real steps in a walk of 224,621
+states, and the drain judge's memos answered 211,272 of them.
+
+So a state is held by the readings the memos are keyed by (an ``Entry``):
+
+* each job's detail and key part, in job order, each by number (``StepMemo.details``,
+  ``AbstractWalk.number``): equal numbers, equal parts, so the walk's keys hash small
+  integers (the state key with each part by its number: equal exactly when the
+  keys of ``state_key`` are equal, sorted numbers standing for sorted parts);
+* the context (clock, draining, units free and held: ``fence.explore.transitions.context``);
+* the abandon promises (the key's third part);
+* a World, only if one was built for it.
+
+Expanding it asks four memos, each learned from a real World and never from a
+rule restated here:
+
+1. the enabled actions per job: ``(detail, context) ->`` the job's actions after
+   ``up_to_janitors``, written relative to the job (``relative_action``), in the
+   order the World listed them; the ticks per clock reading.
+2. what each action does: the step memo for a job's step (the child's part,
+   detail, abandon promises, findings, dangers and context), the tick memo for
+   a tick (the parts; a tick changes nothing but the clock, ``_do_tick``).
+3. the step invariants of a new state: the findings the step recorded (in the
+   step memo's answer) and the present reading of invariant 3, from each job's
+   count of live writers (``_readings``).
+4. invariant 6 of a new state: the drain judge's memos (``DrainJudge.lookup``).
+
+Whenever one of them misses, the World is built (its parent's World cloned and
+the step applied; the parent's World built the same way if it was dropped) and
+the question is answered on it by the model itself, which teaches the memo
+its answer. Nothing here is a second model of the world: every answer was
+once computed by ``World.apply``, ``World.enabled_actions``, the real drain
+and the real invariant checks.
+
+Why each new key decides its answer
+    The enabled actions of one job: each rule's precondition reads that job's
+    slice of the world and the context, all in the job's detail
+    (``fence.explore.transitions``) or the context: a reserve reads the attempts the
+    job used, the free units and draining; a retry the job's retries queued
+    and the same; a start, commit sent, confirm or crash the phases of the
+    job's attempts; a delivery or lost answer the job's messages in flight
+    (with their multiplicity); a scan the state and deadline of the job's
+    reservations and the clock; a probe, after ``up_to_janitors``, whether
+    fewer janitors hold an answer for an ``outcome_unknown`` reservation than
+    there are janitors (a janitor holds at most one answer per reservation,
+    and the detail counts them per reservation); a settle, after
+    ``up_to_janitors``, one per reservation and held answer (as the detail
+    holds them) and one per second step owed. Which janitor takes it is not
+    in the relative form: the concrete action the walk records names the
+    janitor of the World the memo learned from, and is translated to a janitor
+    that can take it whenever a World is built or a path replayed
+    (``translate``). A tick list is a function of the clock and the config.
+
+    The present of invariant 3 (``_no_early_release``: more attempts that can
+    still write than units) counts, per attempt, ``can_still_write`` of its
+    phase, whether its commit is in flight and whether its identity was
+    promised abandoned: all in the job's detail, so each job's count is a
+    function of its detail, learned from ``World.live_writers``. This is the
+    one place the explorer reads an invariant's structure (findings, or a
+    count over capacity); ``_Memo.usable`` restricts the walk to the built-in
+    step invariants, so no other check is ever judged this way.
+
+    The drain judge's memos are keyed by details, context, parts and abandon
+    promises already (``DrainJudge._from_memos`` says why); whether messages
+    are in flight is in each job's detail too.
+
+Order, and counterexamples
+    The actions of a state are taken kind by kind (``ACTION_KINDS``, the
+    World's own order), jobs in name order within a kind, each job's in the
+    order the World listed them. With one job that is the World's order
+    exactly; with more it can differ from it (the World lists some kinds by
+    the order attempts or messages were made), so the walk finds the same
+    states and transitions and, of several shortest counterexamples, possibly
+    another one. The parents record the concrete actions and, for a janitor's
+    step, what it was meant to do (``meant``): ``_judge`` replays the path
+    from scratch, translating each janitor's step to the first janitor that
+    can take it in the replayed World.
+
+Checked, not trusted
+    With ``check_every`` n > 0 every n-th answer of each new memo (enabled
+    actions, a new state's readings and context, the live-writer judgement,
+    the drain judge's answer) is compared with a World built the slow way, and
+    a difference raises ``MemoMismatch``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from operator import itemgetter
+
+from fence.explore import transitions
+from fence.explore.drain_judge import DrainJudge
+from fence.model.invariants import StepJudge
+from fence.explore.state_key import job_parts, state_key, up_to_janitors
+from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
+from fence.model.world import (
+    ACTION_KINDS, Action, Confirm, Crash, Deliver, Fail, LoseAck, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start,
+    World,
+)
+
+_RANK = {kind: number for number, kind in enumerate(ACTION_KINDS)}
+_TICK_RANK = _RANK["tick"]
+JANITOR_KINDS = frozenset({"scan", "probe", "settle"})
+_by_rank = itemgetter(0)
+
+
+def enabled_key(detail: int, shared: tuple) -> tuple:
+    """What decides one job's enabled actions (see the module docstring); a function so tests can break it."""
+    return (detail, shared)
+
+
+def readings_key(detail: int) -> int:
+    """What decides one job's live writers and whether it has messages in flight: its detail."""
+    return detail
+
+
+class Entry:
+    """A state of the walk by its readings, with a World only if one was built (see the module docstring)."""
+
+    __slots__ = ("node", "details", "parts", "abandoned", "shared", "world", "parent", "action", "job", "relative",
+                 "path")
+
+    def __init__(self, details: tuple, parts: tuple, abandoned: tuple, shared: tuple, world: World | None,
+                 parent: Entry | None, action: Action | None, job: str | None, relative: tuple | None) -> None:
+        self.node = -1
+        self.details = details
+        self.parts = parts
+        self.abandoned = abandoned
+        """The abandon promises, sorted: the key's third part."""
+        self.shared = shared
+        self.world = world
+        self.parent = parent
+        self.action = action
+        """The step from ``parent`` (a janitor's translated on use, see ``translate``)."""
+        self.job = job
+        self.relative = relative
+        self.path = ()
+        """The steps from the root as (action, what a janitor's step was meant to do): kept only by the
+        partitioned walk (``fence.explore.partitioned``), whose entries travel without their parents."""
+
+
+def translate(world: World, action: Action, job: str | None, relative: tuple | None) -> Action:
+    """``action`` as ``world`` can take it: a janitor's step goes to the first janitor that takes it alike.
+
+    Janitors keep no state but their held answers, so any janitor's step with
+    the same relative form leads to a state with the same key; the first one
+    in the World's order is the one ``up_to_janitors`` keeps.
+    """
+    kind = action.kind
+    if kind not in JANITOR_KINDS:
+        return action
+    for candidate in world.enabled(kind):
+        if candidate.reservation == action.reservation and relative_action(world, candidate, job) == relative:
+            return candidate
+    raise MemoMismatch(f"no janitor can take {action.to_dict()} as {relative} at t={world.now}")
+
+
+def _concrete(job: str, relative: tuple, janitor: int) -> Action:
+    """The action ``relative`` (``fence.explore.transitions.relative_action``) names for ``job``."""
+    kind = relative[0]
+    if kind == "reserve":
+        return Reserve(job)
+    if kind == "retry":
+        return Retry(job, relative[1])
+    if kind == "deliver":
+        return Deliver(relative[1], job + relative[2])
+    if kind == "scan":
+        return Scan(janitor, job + relative[1])
+    if kind == "probe":
+        return Probe(janitor, job + relative[1])
+    if kind == "settle":
+        return Settle(janitor, job + relative[1], relative[2])
+    return _BY_ATTEMPT[kind](job + relative[1])
+
+
+_BY_ATTEMPT = {"start": Start, "send_commit": SendCommit, "lose_ack": LoseAck, "confirm": Confirm, "crash": Crash, "fail": Fail}
+
+
+class PartNumbers:
+    """Key parts by number: one per distinct part, so keys hash small integers."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[tuple, int] = {}
+        self.parts: list[tuple] = []
+        """Each distinct part seen, at its number."""
+
+    def __call__(self, part: tuple) -> int:
+        number = self.numbers.get(part)
+        if number is None:
+            number = self.numbers[part] = len(self.parts)
+            self.parts.append(part)
+        return number
+
+
+class AbstractWalk:
+    """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
+
+    numbering = PartNumbers
+    """How key parts are numbered: in the order met (one process); ``fence.explore.partitioned`` numbers them by
+    content, so that every process gives a state the same fingerprint."""
+
+    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint,
+                 parents) -> None:
+        self.fingerprint = fingerprint
+        """What the walk's keys are given to the visited set as: ``fence.explore.visited.of_plain``."""
+        self.parents = parents
+        """The walk's ``fence.explore.visited.Parents``: the path to an entry whose parent was let go."""
+        self.replays = 0
+        """Worlds built by replaying a path from the root (``replay``)."""
+        self.steps, self.ticks = memo.steps, memo.ticks
+        self.judge_drain = judge_drain
+        self.symmetry = symmetry
+        self.step_invariants = step_invariants
+        self.judge_step = StepJudge(step_invariants)
+        # _Memo.usable: every step invariant is judged on findings, or is the built-in invariant 3.
+        judged_on_more = self.judge_step.judged_on_more
+        self.present_judged = judged_on_more[0].name if judged_on_more else None
+        self.capacity = root.config.capacity
+        self.jobs = root.jobs
+        self.enabled: dict[tuple, tuple] = {}
+        """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
+        self.concrete: dict[tuple, list] = {}
+        """(job, detail, context) -> the job's [rank, job index, relative action, action, move]: made
+        once, with each step's ``move`` filled in once the step memo has it (the memo key is the
+        detail, the context and the relative action, all fixed for the list)."""
+        self.tick_actions: dict[int, list] = {}
+        """The clock -> its ticks, as [rank, -1, None, action, None]."""
+        self.readings: dict[int, tuple[int, bool]] = {}
+        """``readings_key`` -> (the job's live writers, whether it has messages in flight)."""
+        self.meant: dict[str, tuple[str, tuple]] = {}
+        """Invariant name -> (job, relative action) of the janitor's step that broke it (``translate``);
+        what the janitor's step into a state was meant to do is kept with its parent (``meant_of``)."""
+        self.last_meant: tuple[str, tuple] | None = None
+        """(job, relative action) of the janitor's step ``successors`` yielded last, else None."""
+        self.number = self.numbering()
+        self.parts_by_number = self.number.parts
+        self.tick_moves: dict[tuple, int] = {}
+        """The tick memo's answers by part number: (part, clock, tick) -> part."""
+        self.built: dict[int, World] = {}
+        """State number -> the World built for it while this level was expanded (``world_of``)."""
+        self.built_before: dict[int, World] = {}
+        """The same for the level before: kept so that the level being expanded finds its parents' Worlds."""
+        self.contexts = PartNumbers()
+        self.promises = PartNumbers()
+        """Contexts and abandon promises by number, as the frontier's rows name them (``encode``)."""
+        # The drain judge's first-round keys by part number too (not a bound method of the
+        # walk, which holds the judge: a walk must leave no reference cycle, see _LongLived).
+        judge_drain.number = self.number
+        self.root = self.entry_of(root, None, None, None, None)
+        self.root.node = 0
+        self.built = {}  # the root keeps its World: every World can be built again from it
+        self.width = 3 + 2 * len(self.jobs)
+        """Numbers per state in the frontier (``encode``)."""
+
+    # -- readings from real Worlds ---------------------------------------------------------
+    def root_key(self) -> int:
+        """The root's key, as ``key_of`` writes the walk's keys, by its fingerprint."""
+        return self.fingerprint(self.key_of(0, self.root.parts, self.root.abandoned))
+
+    def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
+        """The walk's state key: ``state_key``'s with each part by its number."""
+        return (now, tuple(sorted(parts)) if self.symmetry else parts, abandoned)
+
+    def move(self, memo_key: tuple) -> tuple | None:
+        """The step memo's answer for ``memo_key``, with the new part by number; None if not learned."""
+        answer = self.steps.answers.get(memo_key)
+        if answer is None:
+            return None
+        part, detail, added, findings, got, after = answer
+        return (self.number(part), detail, added, findings, got, after)
+
+    def entry_of(self, world: World, parent, action, job, relative) -> Entry:
+        state_key(world, self.symmetry)  # fills the parts in world.job_memo
+        numbers = self.steps.details(world)
+        memo = world.job_memo
+        jobs = self.jobs
+        abandoned = world.observer.abandoned
+        entry = Entry(
+            tuple(numbers[job] for job in jobs), tuple(self.number(memo[job]) for job in jobs),
+            tuple(sorted(abandoned)) if abandoned else (), transitions.context(world), world,
+            parent, action, job, relative,
+        )
+        self.learn_readings(world, entry.details)
+        return entry
+
+    def learn_readings(self, world: World, details: tuple) -> None:
+        writers = Counter(handle.partition("#")[0] for handle in world.live_writers())
+        flying = {m.attempt.partition("#")[0] for m in world.network}
+        for job, detail in zip(self.jobs, details):
+            self.readings[readings_key(detail)] = (writers[job], job in flying)
+
+    def actions_per_job(self, world: World) -> dict[str | None, list[tuple[Action, tuple | None]]]:
+        """The World's own actions after ``up_to_janitors``, per job (None: the ticks), each with
+        its form relative to its job (None for a tick), in the World's order."""
+        per_job: dict[str | None, list] = {job: [] for job in self.jobs}
+        per_job[None] = []
+        for action in up_to_janitors(world, world.enabled_actions()):
+            job = world._touched_job(action)
+            per_job[job].append((action, relative_action(world, action, job) if job is not None else None))
+        return per_job
+
+    def learn_enabled(self, world: World, details: tuple) -> None:
+        per_job = self.actions_per_job(world)
+        shared = transitions.context(world)
+        for job, detail in zip(self.jobs, details):
+            self.enabled[enabled_key(detail, shared)] = tuple(
+                (_RANK[action.kind], relative, getattr(action, "janitor", 0)) for action, relative in per_job[job]
+            )
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for action, _ in per_job[None]]
+
+    def world_of(self, entry: Entry) -> World:
+        """The entry's World, built from its parent's (itself built the same way if it was dropped).
+
+        An entry read back from the frontier (``decode``) holds no parent: its
+        parent's World is looked up by number among those built in this level
+        and the last, and if it was not built, the path to it from the root is
+        replayed (``replay``) and kept for its siblings.
+        """
+        if entry.world is not None:
+            return entry.world
+        if entry.parent is not None:
+            before = self.world_of(entry.parent)
+            action, meant = entry.action, (entry.job, entry.relative)
+        else:
+            parent, action = self.parents[entry.node]
+            meant = self.parents.meant_of(entry.node) or (None, None)
+            before = self.world_by_node(parent)
+            if before is None:
+                before = self.built[parent] = self.replay(parent)
+        world = before.clone(history=False)
+        world.apply(translate(before, action, *meant))
+        world.reached.clear()  # counted by the walk already, from the memo's answer
+        memo = world.job_memo
+        parts_by_number = self.parts_by_number
+        for job, part, detail in zip(self.jobs, entry.parts, entry.details):
+            memo[job] = parts_by_number[part]
+            memo[DETAIL + job] = detail
+        entry.world = world
+        if entry.node >= 0:
+            self.built[entry.node] = world
+        return world
+
+    def world_by_node(self, node: int) -> World | None:
+        """The World built for state ``node`` in this level or the last, else None (the root's is always kept)."""
+        if node == 0:
+            return self.root.world
+        world = self.built.get(node)
+        return world if world is not None else self.built_before.get(node)
+
+    def replay(self, node: int) -> World:
+        """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
+        parents = self.parents
+        world = self.root.world.clone(history=False)
+        for node in parents.lineage(node):
+            action = parents[node][1]
+            meant = parents.meant_of(node)
+            if meant is not None:
+                action = translate(world, action, *meant)
+            world.apply(action)
+        world.reached.clear()
+        self.replays += 1
+        return world
+
+    def next_level(self, expanded) -> None:
+        """Drop the Worlds built before the last level began.
+
+        They can be had again (``world_of``, ``replay``): the walk holds the
+        Worlds of about two levels' misses, and every other state as a row of
+        numbers in the frontier (``encode``).
+        """
+        self.built_before, self.built = self.built, {}
+
+    def encode(self, node: int, entry: Entry) -> tuple:
+        """The entry as the frontier keeps it: its number, context and abandon promises by number, then
+        each job's detail and key part (numbers already); ``decode`` reads it back."""
+        return (node, self.contexts(entry.shared), self.promises(entry.abandoned)) + entry.details + entry.parts
+
+    def decode(self, row) -> tuple[int, Entry]:
+        node = row[0]
+        jobs = len(self.jobs)
+        if node == 0:
+            return 0, self.root
+        entry = Entry(tuple(row[3:3 + jobs]), tuple(row[3 + jobs:]), self.promises.parts[row[2]],
+                      self.contexts.parts[row[1]], self.world_by_node(node), None, None, None, None)
+        entry.node = node
+        return node, entry
+
+    def meant_of(self, entry: Entry):
+        """What the janitor's step into ``entry`` was meant to do (``translate``), else None."""
+        if entry.job is not None and entry.action.kind in JANITOR_KINDS:
+            return (entry.job, entry.relative)
+        return None
+
+    def meant_finding(self, name: str) -> None:
+        """The step just yielded broke ``name``: remember what it was meant to do, if a janitor's."""
+        if self.last_meant is not None:
+            self.meant[name] = self.last_meant
+
+    def adopt(self, entry: Entry, node: int) -> None:
+        """``entry`` is the new state ``node`` (its parent and step are in ``parents`` now)."""
+        entry.node = node
+        if entry.world is not None:
+            self.built[node] = entry.world
+
+    # -- the walk ------------------------------------------------------------------------------
+    def actions_of(self, entry: Entry) -> list[tuple]:
+        """The entry's actions as [rank, job index, relative action or None for a tick, action, move or None]."""
+        shared = entry.shared
+        merged = self.tick_actions.get(shared[0])
+        if merged is not None:
+            merged = list(merged)
+            concrete, enabled = self.concrete, self.enabled
+            for index, (job, detail) in enumerate(zip(self.jobs, entry.details)):
+                mine = concrete.get((job, detail, shared))
+                if mine is None:
+                    learned = enabled.get(enabled_key(detail, shared))
+                    if learned is None:
+                        merged = None
+                        break
+                    mine = concrete[(job, detail, shared)] = [
+                        [rank, index, relative, _concrete(job, relative, janitor), None]
+                        for rank, relative, janitor in learned
+                    ]
+                merged += mine
+        if merged is None:
+            self.learn_enabled(self.world_of(entry), entry.details)
+            return self.actions_of(entry)
+        if self.steps.check_every and self.steps.should_check():
+            self.check_actions(entry, merged)
+        merged.sort(key=_by_rank)
+        return merged
+
+    def check_actions(self, entry: Entry, merged: list[tuple]) -> None:
+        world = self.fresh(entry)
+        per_job = {job: [relative if job is not None else action for action, relative in actions]
+                   for job, actions in self.actions_per_job(world).items()}
+        answered = {job: [] for job in self.jobs}
+        answered[None] = []
+        for _rank, index, relative, action, _move in sorted(merged, key=_by_rank):
+            answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
+        if answered != per_job:
+            raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")
+
+    def fresh(self, entry: Entry) -> World:
+        """The entry's World made again with nothing memoised on it: what a check compares with."""
+        world = self.world_of(entry).clone(history=False)
+        world.job_memo = {}
+        world._enabled_cache = None
+        return world
+
+    def successors(self, entry: Entry, visited, known, reached: Counter):
+        """Every transition out of ``entry``, as ``_memo_successors`` yields them: (action, child, key, broken).
+
+        ``child`` is None for a state in ``visited``, else an ``Entry``; a transition the
+        memos answer builds no World.
+        """
+        steps = self.steps
+        check_every = steps.check_every
+        tick_moves = self.tick_moves
+        symmetry = self.symmetry
+        fingerprint = self.fingerprint
+        details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
+        now = shared[0]
+        for item in self.actions_of(entry):
+            _rank, index, relative, action, answer = item
+            key = None
+            checking = False
+            if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
+                self.last_meant = None
+                by = action.by
+                new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
+                if None in new_parts:
+                    new_parts = self.tick_move(parts, now, by)
+                if new_parts is not None:
+                    key = fingerprint((now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned))
+                    checking = check_every and steps.should_check()
+                    if not checking:
+                        if key in visited:
+                            yield action, None, key, ()
+                        else:
+                            child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
+                                          entry, action, None, None)
+                            yield action, child, key, self.judge_new(child, (), known)
+                        continue
+                yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
+                continue
+            job = self.jobs[index]
+            self.last_meant = (job, relative) if action.kind in JANITOR_KINDS else None
+            if answer is None:
+                answer = item[4] = self.move((details[index], shared, relative))
+            if answer is not None:
+                part, detail, added, findings, got, after = answer
+                if added:
+                    new_abandoned = tuple(sorted(set(abandoned).union(job + i for i in added)))
+                else:
+                    new_abandoned = abandoned
+                new_parts = parts[:index] + (part,) + parts[index + 1:]
+                key = fingerprint((now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned))
+                checking = check_every and steps.should_check()
+                if not checking:
+                    if got:
+                        for name, count in got.items():
+                            reached[name] += count
+                    if key in visited:
+                        yield action, None, key, [
+                            inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                        ] if findings else ()
+                    else:
+                        child = Entry(details[:index] + (detail,) + details[index + 1:], new_parts, new_abandoned,
+                                      after, None, entry, action, job, relative)
+                        yield action, child, key, self.judge_new(child, findings, known)
+                    continue
+            memo_key = (details[index], shared, relative)
+            yield self.real_step(entry, index, job, relative, action, memo_key,
+                                 steps.answers.get(memo_key), checking, key, visited, known, reached)
+
+    def tick_move(self, parts: tuple, now: int, by: int) -> tuple | None:
+        """The parts after a tick from the tick memo, by number; None if it has not learned one of them."""
+        learned = self.ticks.parts
+        moved = []
+        for number in parts:
+            after = learned.get((self.parts_by_number[number], now, by))
+            if after is None:
+                return None
+            moved.append(self.tick_moves.setdefault((number, now, by), self.number(after)))
+        return tuple(moved)
+
+    def real_step(self, entry: Entry, index, job, relative, action, memo_key, answer, checking, abstract_key,
+                  visited, known, reached: Counter) -> tuple:
+        """The step taken on the entry's World, as ``_memo_successors`` takes it: learning what was missing."""
+        world = self.world_of(entry)
+        action = translate(world, action, job, relative)
+        child = world.clone(history=False)
+        child.apply(action)
+        steps, symmetry = self.steps, self.symmetry
+        if job is None:  # a tick
+            child_key = state_key(child, symmetry)
+            self.ticks.learn({name: self.parts_by_number[part] for name, part in zip(self.jobs, entry.parts)},
+                             world.now, action.by, child)
+            if checking:
+                findings, got = facts_of(child)
+                fresh = child.clone(history=False)
+                fresh.job_memo = {}
+                again = tuple(steps.intern(d) for d in transitions.job_details(fresh, self.jobs).values())
+                if findings or got or again != entry.details:
+                    raise MemoMismatch(f"the tick memo answered {action} differently from the model")
+            for name, detail in zip(self.jobs, entry.details):
+                child.job_memo[DETAIL + name] = detail
+        else:
+            findings, got = facts_of(child)
+            if answer is None:
+                answer = steps.learn(memo_key, job, world, child, findings, got)
+            elif checking:
+                steps.verify(memo_key, answer, job, world, child, findings, got)
+            child.job_memo[job] = answer[0]
+            child.job_memo[DETAIL + job] = answer[1]
+            child_key = state_key(child, symmetry)
+        memo = child.job_memo
+        child_key = self.fingerprint(
+            (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2]))
+        if checking and child_key != abstract_key:
+            raise MemoMismatch(f"the memos' key after {action} differs from the model's")
+        broken = self.judge_step(child, known, reached)
+        if child_key in visited:
+            return action, None, child_key, broken
+        if checking:  # before entry_of learns this World's readings: judge it as the memos would
+            self.check_judgement(entry, index, action, answer, child, broken, known)
+        made = self.entry_of(child, entry, action, job, relative)
+        if checking and (made.details, made.shared, made.abandoned) != self.abstract_child(entry, index, action, answer):
+            raise MemoMismatch(f"the memos' state after {action} differs from the model's")
+        return action, made, child_key, broken
+
+    def check_judgement(self, entry: Entry, index, action: Action, answer, child: World, broken: list,
+                        known) -> None:
+        """Judge the new state ``child`` as the memos would (readings, step invariants, drain) and compare.
+
+        With ``check_every`` every memoised step is taken for real, so the abstract
+        judgement of a new state is made here, beside the real one, to be checked.
+        """
+        details, shared, abandoned = self.abstract_child(entry, index, action, answer)
+        if index is None:
+            parts = self.tick_move(entry.parts, entry.shared[0], action.by)
+        else:
+            parts = entry.parts[:index] + (self.number(answer[0]),) + entry.parts[index + 1:]
+        readings = [self.readings.get(readings_key(detail)) for detail in details]
+        if None in readings:
+            return
+        writers = Counter(handle.partition("#")[0] for handle in child.live_writers())
+        flying = {m.attempt.partition("#")[0] for m in child.network}
+        real = [(writers[job], job in flying) for job in self.jobs]
+        if readings != real:
+            raise MemoMismatch(f"the readings memo answered {readings} after {action}, the World {real}")
+        findings = answer[3] if index is not None else ()
+        mine = set(self.judge_new(None, findings, known, readings))
+        if mine != set(broken):
+            raise MemoMismatch(f"the memos judged {sorted(mine)} broken after {action}, the World {sorted(broken)}")
+        judge = self.judge_drain
+        if judge.invariants:
+            now, _draining, free, held = shared
+            answer, _learn = judge.lookup(
+                list(details), self.jobs, now, free, held, abandoned, any(reading[1] for reading in readings),
+                lambda: (now, parts, abandoned),
+            )
+            if answer is not None:
+                real_answer = DrainJudge(judge.invariants)(child.clone(history=False))
+                if real_answer != answer:
+                    raise MemoMismatch(f"the drain judge's memos answered {answer} after {action}, "
+                                       f"the drain {real_answer}")
+
+    def abstract_child(self, entry: Entry, index, action: Action, answer) -> tuple:
+        """(details, context, abandon promises) of a child as the memos give them (for a check)."""
+        if index is None:  # a tick
+            return entry.details, (entry.shared[0] + action.by,) + entry.shared[1:], entry.abandoned
+        job = self.jobs[index]
+        _part, detail, added, _findings, _got, after = answer
+        abandoned = tuple(sorted(set(entry.abandoned).union(job + i for i in added))) if added else entry.abandoned
+        return entry.details[:index] + (detail,) + entry.details[index + 1:], after, abandoned
+
+    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
+        """The step invariants a transition into the new state ``child`` broke, without its World.
+
+        The findings the step recorded, and invariant 3's present: more live writers than
+        units, summed over the jobs' readings (``readings``, else the memo's for ``child``).
+        """
+        broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
+        name = self.present_judged
+        if name is not None and name not in known and name not in broken:
+            if readings is None:
+                readings = self.readings_of(child)
+            if sum(reading[0] for reading in readings) > self.capacity:
+                broken.append(name)
+        return broken
+
+    def readings_of(self, entry: Entry) -> list[tuple[int, bool]]:
+        readings = self.readings
+        found = [readings.get(readings_key(detail)) for detail in entry.details]
+        if None in found:
+            self.learn_readings(self.world_of(entry), entry.details)
+            found = [readings[readings_key(detail)] for detail in entry.details]
+        elif self.steps.check_every and self.steps.should_check():
+            self.check_readings(entry, found)
+        return found
+
+    def check_readings(self, entry: Entry, found: list) -> None:
+        """Compare an entry's memoised readings (and its details, parts, context) with its World made afresh."""
+        world = self.fresh(entry)
+        jobs = self.jobs
+        details = tuple(self.steps.intern(d) for d in transitions.job_details(world, jobs).values())
+        parts = tuple(self.number(part) for part in job_parts(world, jobs).values())
+        abandoned = tuple(sorted(world.observer.abandoned))
+        writers = Counter(handle.partition("#")[0] for handle in world.live_writers())
+        flying = {m.attempt.partition("#")[0] for m in world.network}
+        real = [(writers[job], job in flying) for job in jobs]
+        mine = (entry.details, entry.parts, entry.shared, entry.abandoned, found)
+        theirs = (details, parts, transitions.context(world), abandoned, real)
+        if mine != theirs:
+            names = ("details", "key parts", "context", "abandon promises", "live writers and messages")
+            differ = [n for n, a, b in zip(names, mine, theirs) if a != b]
+            raise MemoMismatch(f"the abstract state differs from its World ({', '.join(differ)}): {mine} vs {theirs}")
+
+    def judge_drain_of(self, entry: Entry) -> tuple[tuple[str, ...], bool]:
+        """Invariant 6 of a new state: from the drain judge's memos, or its World drained for real."""
+        judge = self.judge_drain
+        if not judge.invariants:
+            return (), True
+        if entry.world is None:
+            readings = self.readings_of(entry)
+            now, _draining, free, held = entry.shared
+            answer, _learn = judge.lookup(
+                list(entry.details), self.jobs, now, free, held, entry.abandoned,
+                any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
+            )
+            if answer is not None:
+                if self.steps.check_every and self.steps.should_check():
+                    real = DrainJudge(judge.invariants)(self.fresh(entry))
+                    if real != answer:
+                        raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's {real}")
+                return answer
+        return judge(self.world_of(entry))
+
+
+def replayable(world: World, path: list[tuple[Action, tuple | None]]) -> list[Action]:
+    """The walk's path as actions a fresh ``world`` takes in turn: each janitor's step translated.
+
+    ``path`` is (action, (job, relative action) or None) per step, the second
+    for a janitor's step whose janitor may differ on the replay (see the module
+    docstring). A step nobody can take is left as it is: the replay then fails,
+    and the walk stands behind nothing (``_judge``).
+    """
+    actions = []
+    for action, meant in path:
+        if meant is not None:
+            try:
+                action = translate(world, action, *meant)
+            except MemoMismatch:
+                return actions + [action for action, _ in path[len(actions):]]
+        actions.append(action)
+        if action not in world.enabled(action.kind):
+            return actions + [action for action, _ in path[len(actions):]]
+        world.apply(action)
+    return actions

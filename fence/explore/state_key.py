@@ -1,0 +1,582 @@
+"""The explorer's state key: what a world's future depends on, as one hashable value.
+
+``fence.explore.walk`` says why the key may merge the states it merges ("The
+state key"); ``fence.explore.transitions`` and ``fence.explore.abstract`` build on the
+per-job parts made here. It sits below all three so that none of them imports
+another in a circle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import re
+
+from fence.model.destination import payloads_by_key
+from fence.model.ledger import Ledger, ReservationState
+from fence.model.policies import FENCE_POLICY_TYPES, Evidence
+from fence.model.world import Action, MessageKind, Phase, World, destination_snapshot, ledger_snapshot
+
+
+def state_key(world: World, symmetry: bool = False) -> tuple:
+    """A hashable picture of everything the world's future depends on (see above).
+
+    It is the clock and one part per job, each part written in names relative to
+    its job (attempt 2, reservation r2, "ticket for <job> (revision 2)"). With
+    ``symmetry`` the parts are sorted, so states that differ by a renaming of
+    the jobs get one key. A world with a user's ledger, destination or policy
+    is keyed by ``generic_state_key``, which renames jobs inside the plug-ins'
+    snapshots mechanically (``symmetric_form``). Enum values are read as
+    ``_value_``: the ``value`` property costs more than the rest of the key.
+    """
+    if not world.fast_copy_is_faithful():
+        return generic_state_key(world, symmetry)
+    # Each job's part is kept on the world (``World.job_memo``) until a step
+    # touches that job: most transitions move one job, and then only its part
+    # is made again.
+    memo = world.job_memo
+    jobs = world.jobs
+    missing = [job for job in jobs if job not in memo]
+    if missing:
+        memo.update(job_parts(world, missing))
+    keyed = [memo[job] for job in jobs]
+    # The observer's present (mirror, effects seen, abandon answers) is a function
+    # of the ledger's and destination's state for fence's own parts, which the
+    # parts hold; only what it decides by itself is added.
+    abandoned = tuple(sorted(world.observer.abandoned)) if world.observer.abandoned else ()
+    return (world.now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
+
+
+def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
+    """The key's part of each job in ``wanted``, written in names relative to the job.
+
+    A part depends on the job's reservations (and the clock, through their
+    deadlines), the janitors' answers about them, the destination's effects
+    for the job's key and witness entries for its attempts, its attempts,
+    their messages in flight and its retries queued: nothing another job's
+    step changes (``World.job_memo`` relies on it).
+    """
+    now = world.now
+    parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in wanted}
+    # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
+    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
+    # Enum members are compared by identity (``is``), never looked up in sets:
+    # an Enum's hash is a Python-level call, and the key is made per transition.
+    reserved = ReservationState.RESERVED
+    unknown = ReservationState.OUTCOME_UNKNOWN
+    evidence = world.evidence
+    for x in world.ledger._reservations.values():
+        job, _, number = x.reservation_id.partition("/")
+        part = parts.get(job)
+        if part is None:
+            continue
+        state = x.state
+        if state is reserved:
+            part[0].append((number, state._value_, x.deadline if x.deadline > now else -1))
+        elif state is unknown:
+            # A janitor's answer counts for the decision it leads to, and only while
+            # its reservation is still outcome_unknown (a settle on anything else is
+            # refused, and nothing returns to outcome_unknown). Which janitor holds
+            # which answer does not matter: janitors are interchangeable and their
+            # steps on different reservations touch different entries.
+            rid = x.reservation_id
+            answers = [evidence_token(held[rid]) for held in evidence if rid in held]
+            part[0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
+        else:
+            part[0].append((number, state._value_))
+    destination = world.destination
+    # Effects of a key keep their order (the first payload is the ticket on
+    # record); which attempt wrote one and the order across keys decide nothing.
+    for e in destination._effects:
+        part = parts.get(e.key)
+        if part is not None:
+            part[1].append(e.payload.replace(e.key, ""))
+    for identity, state in destination._attempts.items():
+        job, _, number = identity.partition("#")
+        part = parts.get(job)
+        if part is not None:
+            part[2].append((number, state._value_))
+    witness_kept = destination.guards.witness
+    attempts = world.attempts
+    commits_in_flight = set()
+    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
+    commit_sent = Phase.COMMIT_SENT
+    for m in world.network:
+        job, _, number = m.attempt.partition("#")
+        part = parts.get(job)
+        if part is None:
+            continue
+        kind = m.kind
+        if kind is commit:
+            commits_in_flight.add(m.attempt)
+        # An answer to an attempt no longer waiting for one is dropped on arrival,
+        # and a registration reaches a destination that keeps no witness in vain.
+        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
+            continue
+        elif kind is register and not witness_kept:
+            continue
+        part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
+    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
+    # A failed worker moves no more, as a crashed one (the ledger holds what its report did);
+    # one that gave up on a refusal is finished too unless it may still report the failure.
+    failed = Phase.FAILED
+    refused = Phase.DONE if world.config.failures else Phase.REFUSED
+    unsent = (Phase.RESERVED, Phase.WORKING)  # a tuple: identity before hashing
+    for a in attempts.values():
+        job, _, number = a.handle.partition("#")
+        part = parts.get(job)
+        if part is None:
+            continue
+        in_flight = a.handle in commits_in_flight
+        phase = a.phase
+        if phase is failed:
+            phase = crashed
+        if (phase is crashed or phase is done or phase is refused) and not in_flight:
+            part[3].append((number,))  # its future is only what its messages do
+        elif phase is crashed:
+            part[3].append((number, "crashed", a.payload.replace(job, "")))
+        else:
+            # The answer matters once it arrived (confirm or confirm_existing);
+            # the payload until the commit carrying it was delivered.
+            part[3].append((
+                number, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
+            ))
+    for job in world.retry_queue:
+        part = parts.get(job)
+        if part is not None:
+            part[5] += 1
+    return {
+        job: (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
+        for job, p in parts.items()
+    }
+
+
+def _sorted_tuple(items: list) -> tuple:
+    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
+    return tuple(items) if len(items) < 2 else tuple(sorted(items))
+
+
+def generic_state_key(world: World, symmetry: bool = False) -> tuple:
+    """The key of a world with a user's ledger, destination or policy: the whole world, names and all.
+
+    It holds every part fence owns, every janitor's answers by janitor, and the
+    plug-ins' own ``snapshot()``. A held answer is keyed by its value if it
+    hashes as one, else by the object itself (never merged with another).
+    Collections whose order means nothing are frozensets here, so that a
+    renaming of the jobs (``symmetric_form``) can sort them again. With
+    ``symmetry`` the key is the least of its renamings. Whether a plug-in's
+    snapshot really holds all of its state, and whether a plug-in treats job
+    names as mere labels, is not trusted: ``FaithfulnessCheck`` tests both on
+    the run (a merge of two renamed states is replayed with the names renamed).
+    """
+    return generic_key_of(generic_parts(world), world.jobs, symmetry)
+
+
+def generic_key_of(raw: tuple, jobs: list[str], symmetry: bool) -> tuple:
+    """``generic_state_key`` of a world whose parts (``generic_parts``) are ``raw``: a function of ``raw`` alone."""
+    if not symmetry or len(jobs) < 2:
+        return raw
+    # Most transitions reach a state seen before, by the same names: its form is known.
+    jobs = tuple(jobs)
+    form = _FORMS.get((jobs, raw))
+    if form is None:
+        if len(_FORMS) >= _FORMS_KEPT:
+            _FORMS.clear()
+        form = _FORMS[(jobs, raw)] = symmetric_form(raw, list(jobs))[0]
+    return form
+
+
+_FORMS: dict[tuple, tuple] = {}
+"""(jobs, raw generic key) -> its symmetric form: a pure function, so forgetting is always safe."""
+_FORMS_KEPT = 200_000
+
+
+PLUGIN_PARTS_FROM = 9
+"""The index in a generic key from which its parts are the plug-ins' snapshots (fence's records come first)."""
+
+
+def generic_parts(world: World) -> tuple:
+    """``generic_state_key`` without symmetry: fence's records, then (from ``PLUGIN_PARTS_FROM``) the plug-ins'."""
+    observer = world.observer
+    # The same reductions as the fast key, for the parts fence owns: a finished
+    # or crashed attempt with no commit on its way is only its names; the answer
+    # counts once it arrived, the payload until the commit carrying it landed; an
+    # answer to an attempt no longer waiting for one is dropped on arrival.
+    commit = MessageKind.COMMIT
+    commits_in_flight = {m.attempt for m in world.network if m.kind is commit}
+    attempts = []
+    # Enum members compared by identity, never looked up in sets (an Enum's hash is a Python call).
+    crashed, done, acked, reserved, working = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.RESERVED, Phase.WORKING
+    failed = Phase.FAILED
+    refused = Phase.DONE if world.config.failures else Phase.REFUSED  # as in the fast key
+    for a in world.attempts.values():
+        in_flight = a.handle in commits_in_flight
+        phase = a.phase
+        if phase is failed:
+            phase = crashed
+        if (phase is crashed or phase is done or phase is refused) and not in_flight:
+            # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
+            attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
+        else:
+            attempts.append((
+                a.handle, a.identity, a.reservation_id, phase._value_,
+                a.ack._value_ if phase is acked else "",
+                a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
+            ))
+    # ``answer_nobody_waits_for``, written out: asked of every message of every key.
+    ack, commit_sent, phases = MessageKind.ACK, Phase.COMMIT_SENT, world.attempts
+    network = _multiset([
+        (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
+        for m in world.network
+        if m.kind is not ack or phases[m.attempt].phase is commit_sent
+    ])
+    # fence's own Evidence is a value and janitors keep no state: its answers count
+    # per reservation, whichever janitor holds them (as in the fast key). Any other
+    # answer object is kept with its janitor.
+    held_values: list = []
+    held_by_janitor: list = []
+    ledger = world.ledger
+    # With fence's own ledger and policy, an answer held for a reservation that is no
+    # longer outcome_unknown only leads to a settle the ledger refuses, which changes
+    # nothing (as in the fast key): decide() is pure, and the ledger is asked nothing
+    # else. A user's ledger may accept that settle, and a user's policy may act in it.
+    stale_answers_inert = type(ledger) is Ledger and type(world.policy) in FENCE_POLICY_TYPES
+    unknown = ReservationState.OUTCOME_UNKNOWN
+    for janitor, answers in enumerate(world.evidence):
+        for rid, found in answers.items():
+            if type(found) is Evidence:
+                if stale_answers_inert and ledger._reservations[rid].state is not unknown:
+                    continue
+                held_values.append((rid, evidence_token(found)))
+            else:
+                held_by_janitor.append((janitor, rid, _held_token(found)))
+    # A set, not a list sorted by reservation: a renaming of the jobs must be able to order it again.
+    held = (_multiset(held_values), frozenset(held_by_janitor))
+    attempts = frozenset(attempts)
+    mirror = frozenset((m.reservation_id, m.state._value_, m.times_freed) for m in observer.reservations.values())
+    if type(ledger) is Ledger:
+        # fence's own ledger as the fast key reads it: a deadline only while it can expire.
+        ledger_part = frozenset(
+            (r.reservation_id, r.owner, r.state._value_,
+             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
+            for r in ledger._reservations.values()
+        )
+    else:
+        ledger_part = ledger_snapshot(ledger)
+    policy_snapshot = getattr(world.policy, "snapshot", None)
+    return (
+        # The retry queue counts per job (retries are taken by job), in any order.
+        world.now, attempts, network,
+        _multiset(world.retry_queue) if world.retry_queue else _NONE,
+        _multiset(world.follow_ups) if world.follow_ups else _NONE,
+        held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
+        ledger_part, destination_snapshot(world.destination),
+        policy_snapshot() if callable(policy_snapshot) else None,
+    )
+
+
+_NONE = frozenset()
+"""``_multiset`` of nothing."""
+
+
+def symmetric_form(raw: tuple, jobs: list[str]) -> tuple[tuple, dict[str, str]]:
+    """The least renaming of a generic key over every permutation of ``jobs``, and the renaming that gave it.
+
+    Every string anywhere in the key (the plug-ins' snapshots included) has its
+    job names renamed; frozensets, sets and dicts are written again as sorted
+    tuples after renaming, lists and tuples keep their order (a plug-in that
+    returns a sorted tuple for what is a set merges fewer states, never wrong
+    ones). Two worlds that are renamings of each other get one form. A value
+    this cannot look into (an object that is not a plain value, a collection or
+    a dataclass) stops the renaming: the key is then ``raw`` itself, merged only
+    with equal worlds, which is never wrong either.
+    """
+    best: tuple | None = None
+    best_renaming: dict[str, str] = {}
+    for order in itertools.permutations(jobs):
+        renaming = dict(zip(jobs, order))
+        try:
+            form = _canonical_parts(raw, renaming)
+        except _NotRenamable:
+            return raw, {}
+        if best is None or _less(form, best):
+            best, best_renaming = form, renaming
+    return best, best_renaming
+
+
+def canonical_renaming(raw: tuple, renaming: dict[str, str]) -> tuple | None:
+    """``raw`` renamed by ``renaming`` as ``symmetric_form`` writes it, or None if it cannot be renamed."""
+    try:
+        return _canonical(raw, renaming, _renamed_text_cache(renaming))
+    except _NotRenamable:
+        return None
+
+
+def _canonical_parts(raw: tuple, renaming: dict[str, str]) -> tuple:
+    """``_canonical`` of a generic key, part by part, each part's form remembered.
+
+    Most parts of a new state's key (the destination's snapshot, the ledger's,
+    the messages in flight) are parts of states seen before: their forms under
+    each renaming are looked up, not written again.
+    """
+    cache = _renamed_text_cache(renaming)
+    forms = _PART_FORMS.get(tuple(renaming.items()))
+    if forms is None or len(forms) > _PART_FORMS_KEPT:
+        forms = _PART_FORMS[tuple(renaming.items())] = {}
+    canonical = []
+    for part in raw:
+        form = forms.get(part)
+        if form is None:
+            form = forms[part] = _canonical(part, renaming, cache)
+        canonical.append(form)
+    return tuple(canonical)
+
+
+_PART_FORMS: dict[tuple, dict] = {}
+"""Per renaming: part of a generic key -> its ``_canonical`` form (a pure function: forgetting is safe)."""
+_PART_FORMS_KEPT = 400_000
+
+
+class _NotRenamable(Exception):
+    """A key part holds a value whose names fence cannot rename."""
+
+
+def _less(one: tuple, other: tuple) -> bool:
+    try:
+        return one < other
+    except TypeError:  # values of mixed types somewhere: their text still orders them one way
+        return repr(one) < repr(other)
+
+
+_TEXT_CACHES: dict[tuple, dict[str, str]] = {}
+
+
+def _renamed_text_cache(renaming: dict[str, str]) -> dict[str, str]:
+    """Strings already renamed under ``renaming``: a walk renames the same few names millions of times."""
+    cache = _TEXT_CACHES.setdefault(tuple(renaming.items()), {})
+    if len(cache) > 200_000:  # payload texts may be many; the names repeat
+        cache.clear()
+    return cache
+
+
+def _canonical(value, renaming: dict[str, str], cache: dict[str, str]) -> object:
+    kind = type(value)
+    if kind is str:
+        renamed = cache.get(value)
+        if renamed is None:
+            renamed = cache[value] = _JOB_NAME.sub(lambda match: renaming.get(match.group(0), match.group(0)), value)
+        return renamed
+    if kind is tuple or kind is list:
+        return tuple([_canonical(item, renaming, cache) for item in value])
+    if kind in _PLAIN or kind is bytes:
+        return value
+    if kind is frozenset or kind is set:
+        return ("set", _sorted([_canonical(item, renaming, cache) for item in value]))
+    if kind is dict:
+        return ("dict", _sorted([
+            (_canonical(k, renaming, cache), _canonical(v, renaming, cache)) for k, v in value.items()
+        ]))
+    if isinstance(value, enum.Enum):
+        return (kind.__qualname__, _canonical(value._value_, renaming, cache))
+    if isinstance(value, tuple):  # a named tuple
+        return (kind.__qualname__, tuple([_canonical(item, renaming, cache) for item in value]))
+    if dataclasses.is_dataclass(value):
+        return (kind.__qualname__, tuple(
+            (f.name, _canonical(getattr(value, f.name), renaming, cache)) for f in dataclasses.fields(value)
+        ))
+    raise _NotRenamable(kind.__qualname__)
+
+
+_JOB_NAME = re.compile(r"job\d+")
+"""How the model names jobs (``World.jobs``); attempts are ``job#n``, reservations ``job/n``."""
+
+
+def _multiset(items) -> frozenset:
+    """Items whose order means nothing but whose number does (two janitors holding one answer)."""
+    counts: dict = {}
+    for item in items:  # not Counter(items): its isinstance(Mapping) check costs more than the counting
+        counts[item] = counts.get(item, 0) + 1
+    return frozenset(counts.items())
+
+
+def answer_nobody_waits_for(world: World, kind: str, attempt: str) -> bool:
+    """Is a message of ``kind`` (its value) to ``attempt`` an answer that attempt no longer waits for?
+
+    Its arrival changes nothing, so the generic key leaves it out, and the
+    FaithfulnessCheck does not compare what two merged worlds say when it arrives.
+    """
+    return kind == _ACK and world.attempts[attempt].phase is not Phase.COMMIT_SENT
+
+
+_ACK = MessageKind.ACK.value
+
+
+def _held_token(found) -> object:
+    """A user's answer object as a key part.
+
+    An object that prints its fields (a dataclass, say) is keyed by that text,
+    with memory addresses cut out: an answer that carries the destination it
+    came from then keys alike in every copy of the world, since each copy's
+    answer points at its own copy of the destination. Any other object is keyed
+    by itself: never merged with another answer (and kept alive by the key, so
+    its id is not reused). Merges are tested by ``FaithfulnessCheck`` either way.
+    """
+    if type(found).__repr__ is not object.__repr__:
+        return (type(found).__qualname__, _ADDRESS.sub("", repr(found)))
+    return ("object", id(found), found)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def evidence_token(evidence) -> tuple:
+    """A janitor's held answer as a key part: the answer itself, never the policy's decision on it.
+
+    The policy's ``decide`` runs when a settle is taken and at no other moment
+    (a decide that writes would otherwise write while the explorer only looks).
+    fence's own ``Evidence`` is a frozen value; fields are read as ``_value_``
+    for speed.
+    """
+    # Sortable: None is written as "" (no AttemptState has that value).
+    return (
+        -1 if evidence.key_exists is None else int(evidence.key_exists),
+        evidence.attempt_state._value_ if evidence.attempt_state is not None else "",
+        evidence.attempt_asked,
+        evidence.abandon_result._value_ if evidence.abandon_result is not None else "",
+    )
+
+
+
+
+def up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
+    """The actions, less those another janitor's same action already stands for.
+
+    Janitors keep no state but the answers they hold, and the key counts those
+    per reservation without saying which janitor holds which. So any janitor's
+    scan of a reservation leads to the same state, any janitor's probe of it
+    (by one that holds no answer for it) to states with one key, and so does a
+    settle by any janitor holding an answer with the same decision. One of each
+    is taken; the state space is the same, with fewer transitions to it.
+    """
+    taken: set[tuple] = set()
+    kept = []
+    for action in actions:
+        kind = action.kind
+        if kind == "scan" or kind == "probe":
+            same = (kind, action.reservation)
+        elif kind == "settle":
+            if action.follow_up:
+                same = (kind, action.reservation, "follow_up")
+            else:
+                same = (kind, action.reservation, evidence_token(world.evidence[action.janitor][action.reservation]))
+        else:
+            kept.append(action)
+            continue
+        if same not in taken:
+            taken.add(same)
+            kept.append(action)
+    return kept
+
+
+# -- the whole state, read mechanically ---------------------------------------------------
+# ``state_key`` is written by hand, because its reductions are argued (see
+# ``fence.explore.walk``). What guards it against a field it forgot is this reading
+# of the same state, derived from the objects' own fields: every field of the
+# world and of fence's parts is in it unless it is declared below, with the reason
+# it is not state. A field added to any of them is in the whole state without a
+# word (or, of a type the reading does not know, makes it raise), and the tests
+# walk every policy by both keys and compare what they conclude
+# (``tests/test_explore.py``): a state the hand-kept key merges wrongly shows as
+# another verdict, counterexample length or danger.
+NOT_STATE: dict[str, dict[str, str]] = {
+    "World": {
+        "policy": "the walk's policy, the same in every state (fence's policies are frozen)",
+        "config": "the walk's bounds, the same in every state",
+        "jobs": "the job names, the same in every state",
+        "trace": "history: what happened, not what can happen next",
+        "_janitors": "references to the ledger, the destination and the policy; janitors keep no state",
+        "_enabled_cache": "a cache of the enabled actions, computed from the state",
+        "job_memo": "a cache of key parts and memo details, computed from the state",
+        "policy_twins": "the walk's checks of a user's policy (fence.model.policy_twins), the same in every state",
+    },
+    "Ledger": {
+        "capacity": "the walk's bound, the same in every state",
+        "slots": "a constant of the ledger's kind",
+        "_shared": "copy-on-write bookkeeping between clones",
+    },
+    "TicketService": {"_shared": "copy-on-write bookkeeping between clones"},
+    "Observer": {
+        "capacity": "the walk's bound, the same in every state",
+        "slots": "a constant of the ledger's kind",
+        "findings": "history: what broke, judged per transition",
+        "reached": "history: the dangers visited, counted per transition",
+    },
+}
+
+
+def whole_state(world: World) -> tuple:
+    """Every field of ``world`` and of fence's parts in it, but those ``NOT_STATE`` declares, as one value.
+
+    For fence's own parts only. Lists keep their order, sets and dicts are
+    sorted, enums are read as their values; an object of fence's is read
+    field by field (by ``__slots__`` or ``vars``); anything else raises, so a
+    part this reading cannot see into is never silently left out.
+    """
+    return _read(world)
+
+
+_PLAIN = frozenset({type(None), bool, int, float, str})
+
+
+def _read(value) -> object:
+    if type(value) in _PLAIN:
+        return value
+    reader = _READERS.get(type(value))
+    if reader is None:
+        reader = _READERS[type(value)] = _reader_for(type(value))
+    return reader(value)
+
+
+def _in_order(values) -> tuple:
+    return tuple([item if type(item) in _PLAIN else _read(item) for item in values])
+
+
+def _sorted(items: list) -> tuple:
+    try:
+        return tuple(sorted(items))
+    except TypeError:  # of mixed types: still one order for equal contents
+        return tuple(sorted(items, key=repr))
+
+
+def _reader_for(kind: type):
+    """How to read a value of ``kind`` (not a ``_PLAIN`` one): made once per type (the walk reads millions)."""
+    if issubclass(kind, enum.Enum):
+        return lambda member: (kind.__name__, member._value_)
+    if issubclass(kind, (list, tuple)):
+        return _in_order
+    if issubclass(kind, (set, frozenset)):
+        return lambda items: ("set", _sorted([_read(item) for item in items]))
+    if issubclass(kind, dict):
+        return lambda mapping: ("dict", _sorted([
+            (k if type(k) in _PLAIN else _read(k), v if type(v) in _PLAIN else _read(v)) for k, v in mapping.items()
+        ]))
+    if not kind.__module__.startswith("fence."):
+        raise TypeError(f"whole_state cannot read a {kind.__qualname__} ({kind.__module__}): declare it in NOT_STATE")
+    left_out = NOT_STATE.get(kind.__name__, {})
+    slots = sorted({name for klass in kind.__mro__ for name in getattr(klass, "__slots__", ())} - set(left_out))
+    name = kind.__name__
+
+    def read_object(value) -> tuple:
+        names = slots
+        if hasattr(value, "__dict__"):  # read each time: an instance may carry a field its class does not name
+            names = sorted(set(slots) | (vars(value).keys() - left_out.keys()))
+        fields = [(field, getattr(value, field)) for field in names]
+        return (name, tuple([(field, v if type(v) in _PLAIN else _read(v)) for field, v in fields]))
+
+    return read_object
+
+
+_READERS: dict[type, object] = {}
