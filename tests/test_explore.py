@@ -648,7 +648,7 @@ def test_clones_share_nothing_that_a_step_or_a_drain_changes(name):
 def test_the_key_kept_per_job_equals_the_key_made_afresh(name):
     """state_key through World.job_memo equals the key made with no memo, after every step and drain step.
 
-    Pins _touched_job: a step that changed a job's part without dropping its memo shows here.
+    Pins Action.job_in: a step that changed a job's part without dropping its memo shows here.
     """
     rng = random.Random(13)
     for _ in range(40):

@@ -168,19 +168,19 @@ def test_the_frontier_gives_back_its_rows_in_order_after_spilling_them_to_a_file
 ])
 def test_a_walk_that_spills_its_frontier_and_rebuilds_its_worlds_concludes_the_same(name, monkeypatch):
     """Every level in a file and almost no World kept: the same states, verdicts and counterexamples."""
-    from fence.explore import walk
     from fence.explore import visited
+    from fence.explore import walk as walk_module
 
     monkeypatch.setattr(visited, "FRONTIER_BUDGET", 16)
-    monkeypatch.setattr(walk.WorldWalk, "WORLDS_KEPT", 2)
+    monkeypatch.setattr(walk_module.WorldWalk, "WORLDS_KEPT", 2)
     walks = []
-    walk = walk.walk
+    walk = walk_module.walk
 
     def counted(*args, **options):
         walks.append(walk(*args, **options))
         return walks[-1]
 
-    monkeypatch.setattr(walk, "walk", counted)
+    monkeypatch.setattr(walk_module, "walk", counted)
     walked, figures = explorer_results.walk(ROWS[name])
     assert explorer_results.differences(RECORDED, {name: figures}) == []
     assert walks and walks[-1].spilled > 0.9 * walks[-1].states

@@ -28,7 +28,7 @@ rule restated here:
    order the World listed them; the ticks per clock reading.
 2. what each action does: the step memo for a job's step (the child's part,
    detail, abandon promises, findings, dangers and context), the tick memo for
-   a tick (the parts; a tick changes nothing but the clock, ``_do_tick``).
+   a tick (the parts; a tick changes nothing but the clock, ``Tick.take``).
 3. the step invariants of a new state: the findings the step recorded (in the
    step memo's answer) and the present reading of invariant 3, from each job's
    count of live writers (``_readings``).
@@ -102,10 +102,8 @@ from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
 from fence.explore.state_key import job_parts, state_key, up_to_janitors
 from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
-from fence.model.world import (
-    ACTION_KINDS, Action, Confirm, Crash, Deliver, Fail, LoseAck, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start,
-    World,
-)
+from fence.model.rules import ACTION_CLASSES, ACTION_KINDS
+from fence.model.world import Action, World
 
 _RANK = {kind: number for number, kind in enumerate(ACTION_KINDS)}
 _TICK_RANK = _RANK["tick"]
@@ -166,23 +164,7 @@ def translate(world: World, action: Action, job: str | None, relative: tuple | N
 
 def _concrete(job: str, relative: tuple, janitor: int) -> Action:
     """The action ``relative`` (``fence.explore.transitions.relative_action``) names for ``job``."""
-    kind = relative[0]
-    if kind == "reserve":
-        return Reserve(job)
-    if kind == "retry":
-        return Retry(job, relative[1])
-    if kind == "deliver":
-        return Deliver(relative[1], job + relative[2])
-    if kind == "scan":
-        return Scan(janitor, job + relative[1])
-    if kind == "probe":
-        return Probe(janitor, job + relative[1])
-    if kind == "settle":
-        return Settle(janitor, job + relative[1], relative[2])
-    return _BY_ATTEMPT[kind](job + relative[1])
-
-
-_BY_ATTEMPT = {"start": Start, "send_commit": SendCommit, "lose_ack": LoseAck, "confirm": Confirm, "crash": Crash, "fail": Fail}
+    return ACTION_CLASSES[relative[0]].from_relative(job, relative, janitor)
 
 
 class PartNumbers:
@@ -304,7 +286,7 @@ class AbstractWalk:
         per_job: dict[str | None, list] = {job: [] for job in self.jobs}
         per_job[None] = []
         for action in up_to_janitors(world, world.enabled_actions()):
-            job = world._touched_job(action)
+            job = action.job_in(world)
             per_job[job].append((action, relative_action(world, action, job) if job is not None else None))
         return per_job
 

@@ -464,18 +464,10 @@ def up_to_janitors(world: World, actions: list[Action]) -> list[Action]:
     taken: set[tuple] = set()
     kept = []
     for action in actions:
-        kind = action.kind
-        if kind == "scan" or kind == "probe":
-            same = (kind, action.reservation)
-        elif kind == "settle":
-            if action.follow_up:
-                same = (kind, action.reservation, "follow_up")
-            else:
-                same = (kind, action.reservation, evidence_token(world.evidence[action.janitor][action.reservation]))
-        else:
+        same = action.janitors_alike(world, evidence_token)
+        if same is None:
             kept.append(action)
-            continue
-        if same not in taken:
+        elif same not in taken:
             taken.add(same)
             kept.append(action)
     return kept

@@ -5,7 +5,7 @@ Why
 At 2 units x 2 jobs x 2 attempts about seven in eight transitions lead to a
 state the explorer has seen already; running the model (clone, apply, key,
 invariants) for each of them was most of the walk's time. Almost every step
-touches one job only (``World._touched_job``), and what it does is decided by
+touches one job only (``Action.job_in``), and what it does is decided by
 that job's own slice of the world and a few shared readings. So what a
 job-local step did is remembered under
 
@@ -52,7 +52,7 @@ Why the memo key is complete
       actions: the explorer takes actions from the real world and the memo
       only answers what one of them does.
 
-    A tick touches every job but changes nothing but the clock (``_do_tick``)
+    A tick touches every job but changes nothing but the clock (``Tick.take``)
     and records nothing; a job's key part reads the clock only through
     ``deadline > now`` of a reserved reservation, whose deadline the part
     holds while it is in the future, so the part after a tick is a function
@@ -177,22 +177,7 @@ def context(world: World) -> tuple:
 
 def relative_action(world: World, action: Action, job: str) -> tuple:
     """``action`` written relative to ``job``, without the janitor (see the module docstring)."""
-    kind = action.kind
-    cut = len(job)
-    if kind == "reserve":
-        return ("reserve",)
-    if kind == "retry":
-        return ("retry", action.revised)
-    if kind == "deliver":
-        return ("deliver", action.message, action.attempt[cut:])
-    if kind == "scan" or kind == "probe":
-        return (kind, action.reservation[cut:])
-    if kind == "settle":
-        if action.follow_up:
-            return ("settle", action.reservation[cut:], True)
-        held = world.evidence[action.janitor][action.reservation]
-        return ("settle", action.reservation[cut:], False, evidence_token(held))
-    return (kind, action.attempt[cut:])
+    return action.relative(world, job, evidence_token)
 
 
 def _abandoned_by(world: World, job: str) -> frozenset:

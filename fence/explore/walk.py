@@ -1218,7 +1218,7 @@ def _memo_successors(world: World, symmetry: bool, step_invariants, known, reach
                     yield action, None, key, no_findings  # a tick records nothing (fence.explore.transitions)
                     continue
         else:
-            job = world._touched_job(action)
+            job = action.job_in(world)
             memo_key = (details[job], shared, relative_action(world, action, job))
             answer = answers.get(memo_key)
             if answer is not None:

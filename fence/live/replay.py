@@ -17,7 +17,7 @@ from fence.search import counterexample
 from fence.base.errors import BadInput, IllegalMove, StaleAttempt
 from fence.model.invariants import BY_NAME
 from fence.model.policies import POLICIES, JanitorPolicy
-from fence.model.world import Action, InapplicableAction, Tick, World
+from fence.model.world import InapplicableAction, Tick, World
 
 
 @dataclass
@@ -42,19 +42,6 @@ class ReplayResult:
     threads: int
 
 
-def _actor(action: Action, handles: collections.Counter) -> str:
-    if action.kind in ("reserve", "retry"):
-        handles[action.job] += 1
-        return f"worker:{action.job}#{handles[action.job]}"
-    if action.kind in ("deliver", "lose_ack"):
-        return "network"
-    if action.kind == "tick":
-        return "clock"
-    if action.kind in ("scan", "probe", "settle"):
-        return f"janitor:{action.janitor}"
-    return f"worker:{action.attempt}"
-
-
 def replay_real(path, tick: float = 0.05, policies: dict[str, JanitorPolicy] = POLICIES) -> ReplayResult:
     """Play a saved counterexample on real threads and the real clock.
 
@@ -67,7 +54,7 @@ def replay_real(path, tick: float = 0.05, policies: dict[str, JanitorPolicy] = P
     inv = BY_NAME[invariant]
     world = World(policy, config, *counterexample.load_plugins(path))
     handles: collections.Counter = collections.Counter()
-    actors = [_actor(a, handles) for a in actions]
+    actors = [a.actor(handles) for a in actions]
     turn = threading.Condition()
     state = {"next": 0, "stop": False, "error": None, "broke_at": None, "violation": None}
     steps: list[ReplayStep] = []
