@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fence.cli.main import PROFILES
+from fence.checking.checking import PROFILES
 from fence.model.destination import TicketService
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.walk import (

@@ -19,7 +19,7 @@ from fence.search import counterexample
 from fence.model.invariants import BY_NAME
 from fence.search.minimise import minimise
 from fence.model.policies import POLICIES
-from fence.cli.main import PROFILES
+from fence.checking.checking import PROFILES
 from fence.checking.verdicts import (
     DEFAULT_CONFIGS,
     EXPECTED_FILE,
