@@ -70,7 +70,7 @@ def bench_arguments(bench) -> None:
     fleet.add_argument("--janitors", type=arguments.workers, default=2, help="fleet: janitor processes (default 2)")
     fleet.add_argument("--seed", type=int, default=0, help="fleet: seed for the kills and the work times")
     fleet.add_argument("--time-limit", type=arguments.positive_seconds, default=600.0, help="fleet: give up after SECONDS per policy")
-    from fence.bench.guard_cost import RUNNERS
+    from fence.bench.guard_queues import RUNNERS
 
     guard = bench.add_argument_group("guard")
     guard.add_argument("--queue", action="append", choices=list(RUNNERS),
