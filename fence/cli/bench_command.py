@@ -1,4 +1,7 @@
-"""``fence bench``: benchmarks that write their figures into evidence/ (``fence.bench``; ``fleet`` is run by ``experiments_command``)."""
+"""``fence bench``: benchmarks that write their figures into evidence/.
+
+Each benchmark is a module of ``fence.bench``; ``fleet`` is run by ``experiments_command``.
+"""
 
 from __future__ import annotations
 
@@ -88,8 +91,6 @@ def bench_arguments(bench) -> None:
 
 
 def cmd_bench(args) -> int:
-    from fence.bench import benchmarks
-
     if args.what != "guard" and (args.queue or args.postgres or args.redis or args.work_ms):
         raise BadInput(f"--queue, --work-ms, --postgres and --redis are for 'fence bench guard', not {args.what}")
     if args.what == "guard":
@@ -139,14 +140,23 @@ def cmd_bench(args) -> int:
         raise BadInput(f"unknown policy {unknown[0]!r}: use one of {', '.join(POLICIES)}")
     out = output.report_file(args, f"bench {args.what}", f"{args.what}.txt")
     if args.what == "explorer":
-        return benchmarks.explorer(
-            names, args.time_budget, args.workers, command, out, bounds=args.bound or benchmarks.EXPLORER_BOUNDS,
+        from fence.bench import explorer_cost
+
+        return explorer_cost.explorer(
+            names, args.time_budget, args.workers, command, out, bounds=args.bound or explorer_cost.EXPLORER_BOUNDS,
             symmetry=args.symmetry, explorer_workers=args.explorer_workers, repeat=args.repeat or 1,
             plugins=(absolute(args.destination), absolute(args.ledger)),
-            engines=[benchmarks.ENGINES[name] for name in args.engines.split(",")] if args.engines else (benchmarks.ONE_PROCESS,),
+            engines=([explorer_cost.ENGINES[name] for name in args.engines.split(",")] if args.engines
+                     else (explorer_cost.ONE_PROCESS,)),
         )
     if args.what == "counterexamples":
-        return benchmarks.counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
+        from fence.bench.counterexample_times import counterexamples
+
+        return counterexamples(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
     if args.what == "suite":
-        return benchmarks.suite(command, out)
-    return benchmarks.detection(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
+        from fence.bench.suite_time import suite
+
+        return suite(command, out)
+    from fence.bench.detection import detection
+
+    return detection(args.seeds, examples, steps, args.workers, command, out, args.policy or ())
