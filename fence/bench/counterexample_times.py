@@ -19,7 +19,8 @@ from fence.base.pool import run_tasks
 from fence.model.invariants import INVARIANTS
 from fence.model.policies import POLICIES
 from fence.model.invariants import BY_NAME
-from fence.checking.verdicts import DEFAULT_CONFIGS, Verdict, chosen_actions, run_once, load_expected, profile_settings
+from fence.checking.verdicts import DEFAULT_CONFIGS, Verdict, chosen_actions, run_once, profile_settings
+from fence.checking.expected import load_expected
 from fence.bench.figures import publish, spread
 
 

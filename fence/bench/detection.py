@@ -20,7 +20,8 @@ from fence.base import evidence
 from fence.base.pool import run_tasks
 from fence.model.invariants import INVARIANTS, required_dangers
 from fence.model.policies import POLICIES
-from fence.checking.verdicts import DEFAULT_CONFIGS, Verdict, load_expected, profile_settings, survey_config
+from fence.checking.verdicts import DEFAULT_CONFIGS, Verdict, profile_settings, survey_config
+from fence.checking.expected import load_expected
 from fence.bench.figures import publish, spread
 
 

@@ -22,17 +22,8 @@ from fence.checking.checking import PROFILES, check_policies, report_text, write
 from fence.base.errors import BadInput
 from fence.model.plugins import PlugInSpecs, absolute, load_destination, load_ledger, load_policy
 from fence.model.policies import POLICIES, JanitorPolicy
-from fence.checking.verdicts import (
-    CHECK_BOUNDS,
-    EXPECTED_FILE,
-    DEFAULT_CONFIGS,
-    EXPLORER_BOUND,
-    PolicyReport,
-    Verdict,
-    compare,
-    describe_bound,
-    load_expected,
-)
+from fence.checking.verdicts import CHECK_BOUNDS, DEFAULT_CONFIGS, EXPLORER_BOUND, PolicyReport, Verdict, describe_bound
+from fence.checking.expected import EXPECTED_FILE, compare, load_expected
 from fence.model.world import ModelConfig
 
 EXIT_PROVED, EXIT_VIOLATED, EXIT_BAD_INPUT, EXIT_UNDETERMINED, EXIT_DISAGREE = 0, 1, 2, 3, 4
