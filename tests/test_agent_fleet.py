@@ -20,7 +20,8 @@ from fence import POLICIES, CapacityExhausted, IllegalMove, StaleAttempt  # noqa
 from fence.checking.verdicts import Verdict  # noqa: E402
 from fence.checking.expected import load_expected  # noqa: E402
 from fence.agents.budget import TokenBudget, TokenState, call_limit  # noqa: E402
-from fence.agents.fleet import Fleet, TokenFleet  # noqa: E402
+from fence.agents.fleet import Fleet  # noqa: E402
+from fence.agents.token_fleet import TokenFleet  # noqa: E402
 from fence.agents.scripted import Turn  # noqa: E402
 
 SAFE = "abandon-fenced"
