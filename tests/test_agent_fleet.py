@@ -17,9 +17,11 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from fence import POLICIES, CapacityExhausted, IllegalMove, StaleAttempt  # noqa: E402
-from fence.checking.verdicts import Verdict, load_expected  # noqa: E402
+from fence.checking.verdicts import Verdict  # noqa: E402
+from fence.checking.expected import load_expected  # noqa: E402
 from fence.agents.budget import TokenBudget, TokenState, call_limit  # noqa: E402
-from fence.agents.fleet import Fleet, TokenFleet  # noqa: E402
+from fence.agents.fleet import Fleet  # noqa: E402
+from fence.agents.token_fleet import TokenFleet  # noqa: E402
 from fence.agents.scripted import Turn  # noqa: E402
 
 SAFE = "abandon-fenced"

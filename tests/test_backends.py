@@ -549,8 +549,9 @@ def test_on_the_database_clock_skewed_workers_and_the_janitor_agree(backend_url)
 
 # -- the verdict matrix on a backend ---------------------------------------------------
 def _row_on_backend(name: str, storage: ModelStorage):
-    from fence.cli.main import PROFILES
-    from fence.checking.verdicts import DEFAULT_CONFIGS, compare, judge, load_expected, profile_settings
+    from fence.checking.checking import PROFILES
+    from fence.checking.verdicts import DEFAULT_CONFIGS, judge, profile_settings
+    from fence.checking.expected import compare, load_expected
 
     examples, steps, _shrink = PROFILES["default"]
     report = judge(

@@ -15,7 +15,8 @@ from dataclasses import replace
 import pytest
 
 from fence.bench import guard_cost
-from fence.bench.guard_cost import RUNNERS, Run, chosen, run_once
+from fence.bench.guard_cost import Run, chosen, run_once
+from fence.bench.guard_queues import RUNNERS
 from fence.cli.main import main
 
 JOBS = 10

@@ -225,7 +225,7 @@ def test_each_thread_trial_breaks_exactly_the_expected_invariants(request, exper
 @pytest.mark.parametrize("experiment, label", list(BROKEN_ON_THREADS))
 def test_what_threads_break_the_models_also_break(experiment, label):
     """A real-clock violation is one the models' expected matrix also has for that policy (one model of the world)."""
-    from fence.checking.verdicts import load_expected
+    from fence.checking.expected import load_expected
 
     policy = label.split("=")[1].split()[0]
     expected = load_expected()[policy]

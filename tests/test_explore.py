@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fence.cli.main import PROFILES
+from fence.checking.checking import PROFILES
 from fence.model.destination import TicketService
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.walk import (
@@ -28,7 +28,8 @@ from fence.model.invariants import BY_NAME, INVARIANTS, Invariant, required_dang
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES
 from fence.explore.state_key import state_key
-from fence.checking.verdicts import Verdict, load_expected, profile_settings, survey_config
+from fence.checking.verdicts import Verdict, profile_settings, survey_config
+from fence.checking.expected import load_expected
 from fence.model.world import ModelConfig, World
 
 CI_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)

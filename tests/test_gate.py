@@ -19,19 +19,9 @@ from fence.search import counterexample
 from fence.model.invariants import BY_NAME
 from fence.search.minimise import minimise
 from fence.model.policies import POLICIES
-from fence.cli.main import PROFILES
-from fence.checking.verdicts import (
-    DEFAULT_CONFIGS,
-    EXPECTED_FILE,
-    Verdict,
-    run_once,
-    compare,
-    judge,
-    load_expected,
-    parse_expected,
-    profile_settings,
-    survey_config,
-)
+from fence.checking.checking import PROFILES
+from fence.checking.verdicts import DEFAULT_CONFIGS, Verdict, run_once, judge, profile_settings, survey_config
+from fence.checking.expected import EXPECTED_FILE, compare, load_expected, parse_expected
 from fence.model.world import ModelConfig
 
 PINNED = sorted(Path(__file__).with_name("pinned").glob("*.json"))

@@ -18,7 +18,8 @@ import pytest
 
 from fence import BadInput, Guards, Reconcile, TicketService, fenced
 from fence.search import counterexample
-from fence.checking.verdicts import Verdict, load_expected
+from fence.checking.verdicts import Verdict
+from fence.checking.expected import load_expected
 from fence.model.world import ModelConfig
 from fence.testing import INVARIANT_NAMES, check, check_target
 

@@ -3,9 +3,10 @@
 Everything here imports strands, so nothing in ``fence`` imports this package;
 ``import fence`` works without the ``agents`` extra. The layout:
 
-* ``scripted``  ScriptedModel: a strands Model that replays scripted turns, offline
-* ``probes``    the SDK assumptions fence relies on, each a function returning a Finding
-* ``budget``    TokenBudget: a pure ledger of tokens, settled with actual usage
-* ``fleet``     agent workers under the ledger: the real threads and the real clock
-* ``cli``       ``fence probe-sdk``
+* ``scripted``     ScriptedModel: a strands Model that replays scripted turns, offline
+* ``probes``       the SDK assumptions fence relies on, each a function returning a Finding
+* ``budget``       TokenBudget: a pure ledger of tokens, settled with actual usage
+* ``fleet``        agent workers under the ledger: the real threads and the real clock
+* ``token_fleet``  agent workers sharing a TokenBudget: reserve, run under limits, settle actual usage
+* ``cli``          ``fence probe-sdk``
 """

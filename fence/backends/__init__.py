@@ -17,6 +17,12 @@ the transaction that uses it, so a fleet judges leases on one clock.
 
 A URL that does not parse, a database that cannot be reached and a schema of
 another version raise ``BackendError`` with one line saying what to do.
+
+Beside this module, which opens backends:
+
+* ``_store``      the SQL store: SQLite and PostgreSQL dialects, the schema, one connection
+* ``_sql``        the ledger and the destination on a store, deciding through the core's functions
+* ``_restoring``  the same, restorable, so that the explorer copies a model world on SQL
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from fence.base.errors import BackendError
 from fence.model.ledger import Ledger, Move, Reservation
 from fence.model.restore import Restorer
 from fence.backends._restoring import RestorableSqlDestination, RestorableSqlLedger
-from fence.backends._sql import SCHEMA_VERSION, SqlDestination, SqlLedger, SqlStore
+from fence.backends._sql import SqlDestination, SqlLedger
+from fence.backends._store import SCHEMA_VERSION, SqlStore
 
 __all__ = [
     "SCHEMA_VERSION", "Backend", "BackendError", "MemoryLedger", "ModelStorage", "open_backend",

@@ -21,7 +21,8 @@ import json
 
 from fence.model.destination import Guards, payloads_by_key
 from fence.model.restore import Restorable, Restorer, reads, writes
-from fence.backends._sql import POSTGRES, SqlDestination, SqlLedger, SqlStore
+from fence.backends._sql import SqlDestination, SqlLedger
+from fence.backends._store import POSTGRES, SqlStore
 
 _SEQUENCED = {"fence_reservations": "seq", "fence_effects": "seq"}
 """Tables whose ``seq`` is an insertion-ordered id (PostgreSQL: an identity; SQLite: the rowid)."""

@@ -1,7 +1,13 @@
 """Benchmarks: commands that write their figures into evidence/, never timed tests.
 
-* ``benchmarks``  detection over seeds, time to a counterexample, the explorer's states per second,
-                  the process fleet under SIGKILLs, the suite's wall time
-* ``guard_cost``  what ``fence.guard`` costs per job on each shipped queue's own worker
-* ``pictures``    timelines and plots of the above (the optional ``plots`` extra)
+* ``detection``             how reliably Hypothesis finds each expected violation, over many seeds
+* ``counterexample_times``  time to a first, a minimised and a proved-shortest counterexample
+* ``explorer_cost``         the explorer's states per second, wall time, memory, and the state space's growth
+* ``suite_time``            the test suite's wall time
+* ``guard_cost``            what ``fence.guard`` costs per job on each shipped queue's own worker: runs, counts, report
+* ``guard_queues``          those queues (``RUNNERS``): enqueue and work through each library; the worker process
+* ``figures``               what they share: a spread of runs printed, the figures written to evidence/
+* ``pictures``              timelines and plots of the above (the optional ``plots`` extra)
+
+The process fleet under SIGKILLs (``fence bench fleet``) is ``fence.live.fleet_bench``.
 """

@@ -13,6 +13,8 @@ A cell that no run broke is ``holds`` only if the runs also reached every
 dangerous interleaving the policy must face (``DANGERS``); otherwise it is
 ``undetermined``. A policy is judged on several configurations (one unit and
 one job; two units and two jobs); a cell is violated if any of them violates it.
+
+The committed matrix the verdicts are compared with is ``fence.checking.expected``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 import hypothesis
@@ -40,7 +41,6 @@ from fence.model.policies import JanitorPolicy
 from fence.model.world import ModelConfig
 from fence.search.machines import InvariantViolation, Survey, machine_for
 
-EXPECTED_FILE = Path(__file__).parent.parent / "expected_verdicts.txt"
 
 DEFAULT_CONFIGS: tuple[ModelConfig, ...] = (
     ModelConfig(capacity=1, jobs=1),
@@ -486,76 +486,3 @@ def judge_all(
             progress.flush()
         reports.append(report)
     return reports
-
-
-# -- the expected-verdicts file -------------------------------------------------------
-def parse_expected(text: str, source: str = "expected verdicts") -> dict[str, dict[str, Verdict]]:
-    """Read the committed matrix: a header of invariant numbers, then one row per policy."""
-    rows: dict[str, dict[str, Verdict]] = {}
-    columns: list[Invariant] | None = None
-    by_number = {str(inv.number): inv for inv in INVARIANTS}
-    for line_number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        words = line.split()
-        if columns is None:
-            if words[0] != "policy" or any(w not in by_number for w in words[1:]):
-                raise BadInput(
-                    f"{source}:{line_number}: the first row must be 'policy' followed by "
-                    f"invariant numbers 1-{len(INVARIANTS)}"
-                )
-            columns = [by_number[w] for w in words[1:]]
-            continue
-        if len(words) != len(columns) + 1:
-            raise BadInput(f"{source}:{line_number}: expected {len(columns)} verdicts after the policy name")
-        policy, *values = words
-        try:
-            rows[policy] = {
-                inv.name: Verdict(value) for inv, value in zip(columns, values, strict=True)
-            }
-        except ValueError:
-            raise BadInput(
-                f"{source}:{line_number}: verdicts are 'violated' or 'proved' ('holds' is now 'proved'), got {values}"
-            ) from None
-    if columns is None:
-        raise BadInput(f"{source}: no header row found")
-    return rows
-
-
-def load_expected(path: Path = EXPECTED_FILE) -> dict[str, dict[str, Verdict]]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise BadInput(f"{path}: cannot read the expected verdicts ({error}); pass --expected FILE") from None
-    return parse_expected(text, str(path))
-
-
-@dataclass(frozen=True)
-class Difference:
-    policy: str
-    invariant: str
-    expected: Verdict | None
-    observed: Verdict
-
-
-def compare(
-    reports: list[PolicyReport], expected: dict[str, dict[str, Verdict]], hypothesis_only: bool = False
-) -> list[Difference]:
-    """The cells that differ from the expected matrix.
-
-    With ``hypothesis_only`` (a run where only Hypothesis searched, as ``judge``
-    on a backend by default), an expected "proved" is met by "not-found": the
-    most a search can say.
-    """
-    differences = []
-    for report in reports:
-        row = expected.get(report.policy.name, {})
-        for name, cell in report.cells.items():
-            want = row.get(name)
-            if hypothesis_only and want is Verdict.PROVED and cell.verdict is Verdict.NOT_FOUND:
-                continue
-            if want is not cell.verdict:
-                differences.append(Difference(report.policy.name, name, want, cell.verdict))
-    return differences
-

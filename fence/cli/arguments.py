@@ -124,3 +124,16 @@ def engines(text: str) -> str:
     if wrong or len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"must be a comma-separated list of {', '.join(known)}, each once, got {text!r}")
     return text
+
+
+class _LeaseInTicks(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "--lease is in model ticks (check, verdicts, explore); here the lease is on the real clock: "
+            "use --lease-seconds S"
+        )
+
+
+def seconds_not_ticks(parser) -> None:
+    """``--lease`` means ticks everywhere; where the lease is real seconds, say so instead of guessing."""
+    parser.add_argument("--lease", action=_LeaseInTicks, help=argparse.SUPPRESS)

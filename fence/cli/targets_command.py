@@ -53,7 +53,8 @@ from fence.base.evidence import header, write_atomically
 from fence.model.invariants import BY_NAME, INVARIANTS, required_dangers
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
 from fence.search.minimise import replay_actions
-from fence.checking.verdicts import Verdict, load_expected, profile_settings
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.checking.expected import load_expected
 from fence.model.world import ModelConfig, World
 
 PROFILE_NAMES = ("quick", "default", "thorough", "deep")

@@ -1,267 +1,25 @@
-"""Benchmarks whose figures go into evidence/, never into timed tests.
+"""``fence bench explorer``: the explorer's states per second, wall time and memory, and how the state space grows.
 
-``counterexamples``: per violated cell and random seed, the time Hypothesis
-takes to a first counterexample, the time until it is minimised and then
-proved shortest by the explorer, and the lengths found, minimised and
-shortest (Hypothesis' own shrink too, for the naive double write).
-
-``explorer``: per policy and bound, with and without symmetry: states and
-transitions per second, wall time and peak memory of one exploration (each in
-a process of its own), and how the state space grows with units, jobs and
-attempts (a table and, with matplotlib, a plot).
-
-``suite``: the wall time of the README's test command.
-
-``detection``: how reliably the surveying Hypothesis run finds each violation
-the expected matrix promises, over many random seeds (the CI profile is
-derandomised, so CI always draws the same examples; this measures what a
-different draw would have found). For every expected-violated cell: in how
-many seeds it was found, the examples it took, the length of the run found and
-of the minimised counterexample, and the seconds per run. For every
-expected-holds cell: whether any seed broke it (that would be a real finding,
-and a failed benchmark).
+Per policy and bound, with and without symmetry: states and transitions per
+second, wall time and peak memory of one exploration (each in a process of
+its own), and how the state space grows with units, jobs and attempts (a
+table and, with matplotlib, a plot).
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
 from fence.base import evidence
 from fence.base.pool import run_tasks
-from fence.model.invariants import INVARIANTS, required_dangers
-from fence.model.policies import POLICIES
-from fence.model.invariants import BY_NAME
-from fence.checking.verdicts import (
-    DEFAULT_CONFIGS, Verdict, chosen_actions, run_once, load_expected, profile_settings, survey_config,
-)
 from fence.model.world import ModelConfig
+from fence.bench.figures import publish
 
 
-@dataclass
-class CellFigures:
-    found_in: int = 0
-    examples_to_first: list[int] = field(default_factory=list)
-    found_steps: list[int] = field(default_factory=list)
-    minimised_steps: list[int] = field(default_factory=list)
-
-
-def _one_seed(arguments):
-    policy_name, seed, examples, steps = arguments
-    policy = POLICIES[policy_name]
-    started = time.perf_counter()
-    found: dict[str, tuple[int, int, int]] = {}
-    all_dangers_reached = True
-    for config in DEFAULT_CONFIGS:
-        result = survey_config(
-            policy, config, run_settings=profile_settings(examples, steps, derandomize=False), seed=seed
-        )
-        if result.error:
-            raise RuntimeError(f"{policy_name} seed {seed}: {result.error}")
-        all_dangers_reached &= all(result.reached[d.name] > 0 for d in required_dangers(policy))
-        for name, example in result.counterexamples.items():
-            figures = (result.first_found_at_example[name], example.found_steps, example.rule_steps)
-            if name not in found or figures[2] < found[name][2]:
-                found[name] = figures
-    return policy_name, seed, found, all_dangers_reached, time.perf_counter() - started
-
-
-def _spread(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:g}"
-    return f"{statistics.median(values):g} [{min(values):g}-{max(values):g}]"
-
-
-def detection(
-    seeds: int, examples: int, steps: int, workers: int, command: str, out: Path, policies: Sequence[str] = ()
-) -> int:
-    expected = load_expected()
-    names = list(policies) or list(POLICIES)
-    tasks = [(name, seed, examples, steps) for name in names for seed in range(1, seeds + 1)]
-    figures = {(p, inv.name): CellFigures() for p in names for inv in INVARIANTS}
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    dangers_reached: dict[str, int] = {name: 0 for name in names}
-    started = time.perf_counter()
-    # One worker process per task, as finished; a Ctrl-C stops them all (fence.base.pool)
-    for done, (_, (name, seed, found, reached, took)) in enumerate(run_tasks(_one_seed, tasks, workers), 1):
-        seconds[name].append(took)
-        dangers_reached[name] += reached
-        for invariant, (first, found_steps, minimised_steps) in found.items():
-            cell = figures[(name, invariant)]
-            cell.found_in += 1
-            cell.examples_to_first.append(first)
-            cell.found_steps.append(found_steps)
-            cell.minimised_steps.append(minimised_steps)
-        print(f"[{done}/{len(tasks)}] {name} seed {seed}: {len(found)} violated, {took:.1f}s", file=sys.stderr)
-    wall = time.perf_counter() - started
-
-    lines = [
-        *evidence.header(command),
-        f"# worker processes: {workers}",
-        f"# each seed: one surveying run per configuration ({', '.join(c.describe() for c in DEFAULT_CONFIGS)}), "
-        f"{examples} examples x {steps} steps, derandomize off, hypothesis.seed(N) for N = 1..{seeds}",
-        f"# wall time {wall:.0f}s",
-        "",
-        "Expected violations: found in how many seeds; examples to the first find, run length found,",
-        "minimised length (median [min-max]).",
-        f"{'policy':22} {'invariant':34} {'found':>7}  {'examples to first':20} {'found steps':16} minimised",
-    ]
-    misses = 0
-    false_alarms = []
-    for name in names:
-        for inv in INVARIANTS:
-            cell = figures[(name, inv.name)]
-            if expected[name][inv.name] is Verdict.VIOLATED:
-                misses += seeds - cell.found_in
-                lines.append(
-                    f"{name:22} {inv.number} {inv.name:32} {cell.found_in:>3}/{seeds:<3}  "
-                    f"{_spread(cell.examples_to_first):20} {_spread(cell.found_steps):16} "
-                    f"{_spread(cell.minimised_steps)}"
-                )
-            elif cell.found_in:
-                false_alarms.append(f"{name} / {inv.label}: broken in {cell.found_in} seed(s)")
-    lines += [
-        "",
-        "Per policy: seeds in which every required danger was reached (else its holds cells would",
-        "be undetermined), and seconds per seed for both configurations, median [min-max]",
-    ]
-    lines += [
-        f"  {name:22} dangers reached {dangers_reached[name]:>3}/{seeds:<3} "
-        f"seconds {_spread([round(s, 1) for s in seconds[name]])}"
-        for name in names
-    ]
-    unreached = [name for name in names if dangers_reached[name] < seeds]
-    lines += ["", "Cells expected to hold that some seed broke: " + ("; ".join(false_alarms) or "none")]
-    lines.append(
-        f"SUMMARY seeds={seeds} expected_violations_missed={misses} holds_broken={len(false_alarms)} "
-        f"policies_with_dangers_unreached_in_some_seed={len(unreached)}"
-    )
-    _publish(lines, out)
-    return 0 if misses == 0 and not false_alarms and not unreached else 1
-
-
-def _publish(lines: list[str], out: Path) -> None:
-    text = "\n".join(lines) + "\n"
-    evidence.write_atomically(out, text)
-    print(text, end="")
-
-
-# -- counterexamples: time to first, to minimised, to shortest ----------------------------
-def _one_cell_seed(arguments):
-    """One seed of one violated cell: find, minimise, then the explorer's shortest."""
-    from fence.explore.walk import shortest
-    from fence.search.minimise import minimise
-
-    policy_name, invariant_name, seed, examples, steps, hypothesis_shrink = arguments
-    policy, inv = POLICIES[policy_name], BY_NAME[invariant_name]
-    started = time.perf_counter()
-    for config in DEFAULT_CONFIGS:
-        run = profile_settings(examples, steps, derandomize=False)
-        _machine, violation = run_once(policy, config, [inv], run, seed, None)
-        if violation is not None:
-            break
-    else:
-        return policy_name, invariant_name, seed, None
-    found_at = time.perf_counter()
-    found = chosen_actions(violation.trace)
-    minimised = minimise(policy, config, found, inv)
-    minimised_at = time.perf_counter()
-    best = shortest(policy, config, inv, max_depth=len(minimised.actions), max_states=None, time_budget=120)
-    shortest_at = time.perf_counter()
-    figures = {
-        "config": config.describe(),
-        "first": found_at - started,
-        "minimised": minimised_at - started,
-        "shortest": shortest_at - started,
-        "found_steps": len(found),
-        "minimised_steps": len(minimised.actions),
-        "shortest_steps": best.rule_steps if best is not None else None,
-    }
-    if hypothesis_shrink:
-        shrink_started = time.perf_counter()
-        run = profile_settings(examples, steps, derandomize=False, shrink=True)
-        _machine, shrunk = run_once(policy, config, [inv], run, seed, None)
-        figures["hypothesis_shrink_seconds"] = time.perf_counter() - shrink_started
-        figures["hypothesis_steps"] = shrunk.rule_steps if shrunk is not None else None
-    return policy_name, invariant_name, seed, figures
-
-
-def counterexamples(
-    seeds: int, examples: int, steps: int, workers: int, command: str, out: Path, policies: Sequence[str] = ()
-) -> int:
-    """Time to a first, a minimised and a proved-shortest counterexample, per violated cell."""
-    expected = load_expected()
-    names = list(policies) or list(POLICIES)
-    cells = [(p, inv.name) for p in names for inv in INVARIANTS if expected[p][inv.name] is Verdict.VIOLATED]
-    target = ("naive", "no_duplicate_writes")
-    tasks = [(p, i, seed, examples, steps, (p, i) == target) for p, i in cells for seed in range(1, seeds + 1)]
-    results: dict[tuple[str, str], list[dict]] = {cell: [] for cell in cells}
-    started = time.perf_counter()
-    # As finished; a Ctrl-C stops every worker (fence.base.pool)
-    for done, (_, (p, i, seed, figures)) in enumerate(run_tasks(_one_cell_seed, tasks, workers), 1):
-        if figures is not None:
-            results[(p, i)].append(figures)
-        print(f"[{done}/{len(tasks)}] {p} / {i} seed {seed}: "
-              + (f"{figures['shortest']:.2f}s, {figures['minimised_steps']} -> {figures['shortest_steps']} steps"
-                 if figures else "not found"), file=sys.stderr)
-    wall = time.perf_counter() - started
-
-    def secs(rows, name):
-        return _spread([round(r[name], 2) for r in rows])
-
-    lines = [
-        *evidence.header(command),
-        f"# worker processes: {workers}",
-        f"# each (cell, seed): a raising Hypothesis run of that invariant alone ({examples} examples x {steps} steps,",
-        "#   derandomize off, hypothesis.seed(N)) on the 1-unit model, else the 2-unit one; fence's minimiser on",
-        "#   the found run; then the explorer's breadth-first search no deeper than the minimised run, which",
-        "#   returns a shortest counterexample at that configuration (it proves no shorter one exists)",
-        f"# wall time {wall:.0f}s",
-        "",
-        "Seconds from the start of the run, median [min-max]: to the first counterexample, to the minimised one,",
-        "to the proved shortest. Lengths in chosen steps: found, minimised, shortest. 'shortest' counts the",
-        "seeds whose minimised run was already a shortest one.",
-        f"{'policy':22} {'invariant':34} {'found':>6}  {'first s':18} {'minimised s':18} {'shortest s':18} "
-        f"{'found':14} {'minimised':12} {'shortest':10} minimised=shortest",
-    ]
-    for (p, i), rows in results.items():
-        inv = BY_NAME[i]
-        optimal = sum(1 for r in rows if r["shortest_steps"] is not None and r["minimised_steps"] == r["shortest_steps"])
-        lines.append(
-            f"{p:22} {inv.number} {i:32} {len(rows):>3}/{seeds:<3} {secs(rows, 'first'):18} "
-            f"{secs(rows, 'minimised'):18} {secs(rows, 'shortest'):18} "
-            f"{_spread([r['found_steps'] for r in rows]):14} {_spread([r['minimised_steps'] for r in rows]):12} "
-            f"{_spread([r['shortest_steps'] for r in rows if r['shortest_steps'] is not None]):10} "
-            f"{optimal}/{len(rows)}"
-        )
-    naive = results.get(target, [])
-    if naive:
-        reported = statistics.median(r["shortest"] for r in naive)
-        at_shortest = sum(1 for r in naive if r["shortest_steps"] is not None)
-        shrink_rows = [r for r in naive if r.get("hypothesis_steps") is not None]
-        lines += [
-            "",
-            "Target (issue 5): the naive double write reported and proved shortest in under 2 s median,",
-            "and the shortest trace in at least 19 of 20 seeds.",
-            f"  median seconds to the proved shortest: {reported:.2f} ({'met' if reported < 2 else 'NOT met'})",
-            f"  seeds ending at a proved shortest trace: {at_shortest}/{seeds} "
-            f"({'met' if at_shortest >= min(19, seeds) else 'NOT met'})",
-            f"  for comparison, Hypothesis' own shrink of the same runs: {secs(shrink_rows, 'hypothesis_shrink_seconds')} s, "
-            f"{_spread([r['hypothesis_steps'] for r in shrink_rows])} steps",
-        ]
-    missed = sum(seeds - len(rows) for rows in results.values())
-    lines.append(f"SUMMARY seeds={seeds} cells={len(cells)} finds_missed={missed}")
-    _publish(lines, out)
-    return 0 if missed == 0 else 1
-
-
-# -- the explorer ------------------------------------------------------------------------
 EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
     ModelConfig(capacity=1, jobs=1, max_attempts=1, horizon=3),
     ModelConfig(capacity=1, jobs=1, max_attempts=2, horizon=3),
@@ -276,6 +34,8 @@ EXPLORER_BOUNDS: tuple[ModelConfig, ...] = (
 
 
 ONE_PROCESS = "one process"
+
+
 ENGINES = {
     "one-process": ONE_PROCESS,
     "partitioned": "2 processes",
@@ -498,7 +258,7 @@ def explorer(
         lines += ["", f"plot: {picture.name} (distinct states and seconds per bound, one line per policy)"]
     else:
         lines += ["", "plot: not drawn (matplotlib is not installed: pip install -e '.[plots]')"]
-    _publish(lines, out)
+    publish(lines, out)
     return 0
 
 
@@ -592,54 +352,3 @@ def _explorer_plot(rows: list[ExplorerRow], picture: Path, bounds: Sequence[Mode
         figure.savefig(temporary, format="png", dpi=110)
     plt.close(figure)
     return True
-
-
-# -- the suite ---------------------------------------------------------------------------
-def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
-    """Run the README's test command (``pytest``) and record its wall time, closing line,
-    slowest tests and, if any, the failures (pytest's ``FAILED``/``ERROR`` lines)."""
-    import subprocess
-
-    started = time.perf_counter()
-    finished = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15", *pytest_arguments],
-        capture_output=True, text=True,
-    )
-    wall = time.perf_counter() - started
-    output = finished.stdout.strip().splitlines()
-    closing = [line for line in output if " passed" in line or " failed" in line]
-    failures = [line for line in output if line.startswith(("FAILED ", "ERROR "))]
-    slowest: list[str] = []
-    if any("slowest" in line for line in output):
-        start = next(n for n, line in enumerate(output) if "slowest" in line) + 1
-        for line in output[start:]:
-            if not line[:1].isdigit():
-                break
-            slowest.append("  " + line)
-    lines = [
-        *evidence.header(command, packages=("fence", "hypothesis", "pytest", "pytest-xdist", "strands-agents", "psycopg")),
-        f"# pytest arguments: {' '.join(pytest_arguments) or '(none: the README command)'} (and --durations=15)",
-        f"# environment: {_suite_environment()}",
-        "",
-        f"wall time: {wall:.0f} s",
-        f"pytest exit status: {finished.returncode}",
-        f"closing line: {closing[-1].strip('= ') if closing else '(none)'}",
-        *(["failures:", *("  " + line for line in failures)] if failures else []),
-        "slowest tests (seconds, on two xdist workers, so they overlap):",
-        *slowest,
-    ]
-    if finished.returncode != 0:
-        print("\n".join(output[-40:]), file=sys.stderr)
-    _publish(lines, out)
-    return finished.returncode
-
-
-def _suite_environment() -> str:
-    """What changes the suite's run: the Hypothesis profile, CI (PostgreSQL tests fail
-    rather than skip), and whether a PostgreSQL cluster was given or started per worker."""
-    import os
-
-    profile = os.environ.get("FENCE_PROFILE") or ("ci" if os.environ.get("CI") else "dev")  # as conftest.py picks
-    ci = "CI set" if os.environ.get("CI") else "CI unset"
-    postgres = "shared cluster from FENCE_POSTGRES_URL" if os.environ.get("FENCE_POSTGRES_URL") else "no FENCE_POSTGRES_URL"
-    return f"FENCE_PROFILE={profile}, {ci}, PostgreSQL: {postgres}"
