@@ -710,7 +710,7 @@ class AbstractWalk:
         if entry.world is None:
             readings = self.readings_of(entry)
             now, _draining, free, held = entry.shared
-            answer, _learn = judge.lookup(
+            answer, learn = judge.lookup(
                 list(entry.details), self.jobs, now, free, held, entry.abandoned,
                 any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
             )
@@ -720,6 +720,7 @@ class AbstractWalk:
                     if real != answer:
                         raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's {real}")
                 return answer
+            return judge(self.world_of(entry), missed=learn)  # asked on the readings the World has
         return judge(self.world_of(entry))
 
 
