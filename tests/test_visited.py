@@ -18,7 +18,7 @@ import pytest
 
 from fence.explore.walk import explore
 from fence.model.policies import POLICIES
-from fence.explore.visited import FINGERPRINT_BITS, Fingerprints, Parents, collision_probability, of_plain
+from fence.explore.visited import FINGERPRINT_BITS, Fingerprints, KeySums, Parents, collision_probability, of_plain
 from fence.model.world import ModelConfig, Reserve, Tick
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,6 +83,20 @@ def test_a_plain_key_is_fingerprinted_alike_by_both_encodings_rules():
     assert of_plain(key) == of_plain(tuple(list(key)))
     assert of_plain(key) != of_plain((3, (("1", "reserved", 5), ("2", "done")), ()))
     assert 0 <= of_plain(key) < 2**FINGERPRINT_BITS
+
+
+def test_the_abstract_walk_s_sums_tell_keys_apart_as_the_keys_do():
+    """KeySums: equal keys, equal fingerprints below 2^64; with symmetry the parts are a multiset, without a sequence."""
+    symmetric, ordered = KeySums(True, 3), KeySums(False, 3)
+    keys = [(now, parts, promises) for now in (0, 1) for promises in ((), ("job1#1",))
+            for parts in ((0, 1, 1), (1, 0, 1), (1, 1, 0), (0, 0, 1), (2, 1, 0))]
+    for sums, same in ((symmetric, lambda key: (key[0], tuple(sorted(key[1])), key[2])), (ordered, lambda key: key)):
+        fingerprints = {key: sums(*key) for key in keys}
+        assert all(0 <= fingerprint < 2**FINGERPRINT_BITS for fingerprint in fingerprints.values())
+        for one in keys:
+            for other in keys:
+                assert (fingerprints[one] == fingerprints[other]) == (same(one) == same(other))
+        assert sums(*keys[0]) == fingerprints[keys[0]]  # drawn once, kept for the walk
 
 
 def test_parents_give_back_the_path_to_every_state():

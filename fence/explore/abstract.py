@@ -15,7 +15,9 @@ So a state is held by the readings the memos are keyed by (an ``Entry``):
 * each job's detail and key part, in job order, each by number (``StepMemo.details``,
   ``AbstractWalk.number``): equal numbers, equal parts, so the walk's keys hash small
   integers (the state key with each part by its number: equal exactly when the
-  keys of ``state_key`` are equal, sorted numbers standing for sorted parts);
+  keys of ``state_key`` are equal, sorted numbers standing for sorted parts),
+  and its fingerprint is a sum over the key's pieces (``fence.explore.visited.KeySums``)
+  that a step updates, a multiset's sum with symmetry;
 * the context (clock, draining, units free and held: ``fence.explore.transitions.context``);
 * the abandon promises (the key's third part);
 * a World, only if one was built for it.
@@ -102,6 +104,7 @@ from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
 from fence.explore.state_key import job_parts, state_key, up_to_janitors
 from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
+from fence.explore.visited import KEY_PRIME, KeySums
 from fence.model.rules import ACTION_CLASSES, ACTION_KINDS
 from fence.model.world import Action, World
 
@@ -125,7 +128,7 @@ class Entry:
     """A state of the walk by its readings, with a World only if one was built (see the module docstring)."""
 
     __slots__ = ("node", "details", "parts", "abandoned", "shared", "world", "parent", "action", "job", "relative",
-                 "path")
+                 "path", "readings")
 
     def __init__(self, details: tuple, parts: tuple, abandoned: tuple, shared: tuple, world: World | None,
                  parent: Entry | None, action: Action | None, job: str | None, relative: tuple | None) -> None:
@@ -144,6 +147,9 @@ class Entry:
         self.path = ()
         """The steps from the root as (action, what a janitor's step was meant to do): kept only by the
         partitioned walk (``fence.explore.partitioned``), whose entries travel without their parents."""
+        self.readings = None
+        """Each job's (live writers, messages in flight) once read (``AbstractWalk.readings_of``): asked
+        for a new state's step invariants and again for its drain."""
 
 
 def translate(world: World, action: Action, job: str | None, relative: tuple | None) -> Action:
@@ -186,14 +192,20 @@ class PartNumbers:
 class AbstractWalk:
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
+    only_new_children = True
+    """``successors`` yields a child only for a key not in ``visited`` (looked up there just before)."""
+
     numbering = PartNumbers
     """How key parts are numbered: in the order met (one process); ``fence.explore.partitioned`` numbers them by
     content, so that every process gives a state the same fingerprint."""
 
-    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, fingerprint,
-                 parents) -> None:
-        self.fingerprint = fingerprint
-        """What the walk's keys are given to the visited set as: ``fence.explore.visited.of_plain``."""
+    def key_sums(self, symmetry: bool, positions: int) -> KeySums:
+        """How keys are fingerprinted: by sums of random numbers (``fence.explore.visited.KeySums``)."""
+        return KeySums(symmetry, positions)
+
+    def __init__(self, memo, judge_drain, symmetry: bool, step_invariants, root: World, *, parents) -> None:
+        self.fingerprint = self.key_sums(symmetry, len(root.jobs))
+        """What the walk's keys are given to the visited set as: (now, parts, promises) -> fingerprint."""
         self.parents = parents
         """The walk's ``fence.explore.visited.Parents``: the path to an entry whose parent was let go."""
         self.replays = 0
@@ -211,11 +223,14 @@ class AbstractWalk:
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
         self.concrete: dict[tuple, list] = {}
-        """(job, detail, context) -> the job's [rank, job index, relative action, action, move]: made
-        once, with each step's ``move`` filled in once the step memo has it (the memo key is the
-        detail, the context and the relative action, all fixed for the list)."""
+        """(job, detail, context) -> the job's [rank, job index, relative action, action, move, meant]:
+        made once, with each step's ``move`` filled in once the step memo has it (the memo key is the
+        detail, the context and the relative action, all fixed for the list), and ``meant`` (job,
+        relative action) for a janitor's step, else None (``last_meant``)."""
         self.tick_actions: dict[int, list] = {}
-        """The clock -> its ticks, as [rank, -1, None, action, None]."""
+        """The clock -> its ticks, as [rank, -1, None, action, None, None]."""
+        self.promised_after: dict[tuple, tuple] = {}
+        """(abandon promises, job, promises its step added) -> the promises after (``promises_after``)."""
         self.readings: dict[int, tuple[int, bool]] = {}
         """``readings_key`` -> (the job's live writers, whether it has messages in flight)."""
         self.meant: dict[str, tuple[str, tuple]] = {}
@@ -237,6 +252,7 @@ class AbstractWalk:
         # The drain judge's first-round keys by part number too (not a bound method of the
         # walk, which holds the judge: a walk must leave no reference cycle, see _LongLived).
         judge_drain.number = self.number
+        judge_drain.sums = self.key_sums(False, len(self.jobs))
         self.root = self.entry_of(root, None, None, None, None)
         self.root.node = 0
         self.built = {}  # the root keeps its World: every World can be built again from it
@@ -245,12 +261,9 @@ class AbstractWalk:
 
     # -- readings from real Worlds ---------------------------------------------------------
     def root_key(self) -> int:
-        """The root's key, as ``key_of`` writes the walk's keys, by its fingerprint."""
-        return self.fingerprint(self.key_of(0, self.root.parts, self.root.abandoned))
-
-    def key_of(self, now: int, parts: tuple, abandoned: tuple) -> tuple:
-        """The walk's state key: ``state_key``'s with each part by its number."""
-        return (now, tuple(sorted(parts)) if self.symmetry else parts, abandoned)
+        """The root's key by its fingerprint (``fingerprint``)."""
+        root = self.root
+        return self.fingerprint(root.shared[0], root.parts, root.abandoned)
 
     def move(self, memo_key: tuple) -> tuple | None:
         """The step memo's answer for ``memo_key``, with the new part by number; None if not learned."""
@@ -297,7 +310,7 @@ class AbstractWalk:
             self.enabled[enabled_key(detail, shared)] = tuple(
                 (_RANK[action.kind], relative, getattr(action, "janitor", 0)) for action, relative in per_job[job]
             )
-        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None] for action, _ in per_job[None]]
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None] for action, _ in per_job[None]]
 
     def world_of(self, entry: Entry) -> World:
         """The entry's World, built from its parent's (itself built the same way if it was dropped).
@@ -395,7 +408,8 @@ class AbstractWalk:
 
     # -- the walk ------------------------------------------------------------------------------
     def actions_of(self, entry: Entry) -> list[tuple]:
-        """The entry's actions as [rank, job index, relative action or None for a tick, action, move or None]."""
+        """The entry's actions as [rank, job index, relative action or None for a tick, action, move or None,
+        meant or None] (``concrete``)."""
         shared = entry.shared
         merged = self.tick_actions.get(shared[0])
         if merged is not None:
@@ -409,7 +423,8 @@ class AbstractWalk:
                         merged = None
                         break
                     mine = concrete[(job, detail, shared)] = [
-                        [rank, index, relative, _concrete(job, relative, janitor), None]
+                        [rank, index, relative, _concrete(job, relative, janitor), None,
+                         (job, relative) if relative[0] in JANITOR_KINDS else None]
                         for rank, relative, janitor in learned
                     ]
                 merged += mine
@@ -427,7 +442,7 @@ class AbstractWalk:
                    for job, actions in self.actions_per_job(world).items()}
         answered = {job: [] for job in self.jobs}
         answered[None] = []
-        for _rank, index, relative, action, _move in sorted(merged, key=_by_rank):
+        for _rank, index, relative, action, _move, _meant in sorted(merged, key=_by_rank):
             answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
         if answered != per_job:
             raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")
@@ -448,22 +463,30 @@ class AbstractWalk:
         steps = self.steps
         check_every = steps.check_every
         tick_moves = self.tick_moves
-        symmetry = self.symmetry
+        # The fingerprints (fence.explore.visited.KeySums): a child's is its parent's sum with a number or two swapped.
         fingerprint = self.fingerprint
+        clock_numbers, promise_numbers, part_numbers = fingerprint.clock, fingerprint.promises, fingerprint.parts
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
+        promised = promise_numbers[abandoned]
+        here = clock_numbers[now] + promised
+        for table, part in zip(part_numbers, parts):
+            here += table[part]
         for item in self.actions_of(entry):
-            _rank, index, relative, action, answer = item
+            _rank, index, relative, action, answer, meant = item
+            self.last_meant = meant
             key = None
             checking = False
             if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
-                self.last_meant = None
                 by = action.by
                 new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
                 if None in new_parts:
                     new_parts = self.tick_move(parts, now, by)
                 if new_parts is not None:
-                    key = fingerprint((now + by, tuple(sorted(new_parts)) if symmetry else new_parts, abandoned))
+                    key = clock_numbers[now + by] + promised
+                    for table, part in zip(part_numbers, new_parts):
+                        key += table[part]
+                    key %= KEY_PRIME
                     checking = check_every and steps.should_check()
                     if not checking:
                         if key in visited:
@@ -475,18 +498,18 @@ class AbstractWalk:
                         continue
                 yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
                 continue
-            job = self.jobs[index]
-            self.last_meant = (job, relative) if action.kind in JANITOR_KINDS else None
             if answer is None:
                 answer = item[4] = self.move((details[index], shared, relative))
             if answer is not None:
                 part, detail, added, findings, got, after = answer
+                table = part_numbers[index]
+                key = here - table[parts[index]] + table[part]
                 if added:
-                    new_abandoned = tuple(sorted(set(abandoned).union(job + i for i in added)))
+                    new_abandoned = self.promises_after(abandoned, self.jobs[index], added)
+                    key += promise_numbers[new_abandoned] - promised
                 else:
                     new_abandoned = abandoned
-                new_parts = parts[:index] + (part,) + parts[index + 1:]
-                key = fingerprint((now, tuple(sorted(new_parts)) if symmetry else new_parts, new_abandoned))
+                key %= KEY_PRIME
                 checking = check_every and steps.should_check()
                 if not checking:
                     if got:
@@ -497,13 +520,22 @@ class AbstractWalk:
                             inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
                         ] if findings else ()
                     else:
-                        child = Entry(details[:index] + (detail,) + details[index + 1:], new_parts, new_abandoned,
-                                      after, None, entry, action, job, relative)
+                        child = Entry(details[:index] + (detail,) + details[index + 1:],
+                                      parts[:index] + (part,) + parts[index + 1:], new_abandoned,
+                                      after, None, entry, action, self.jobs[index], relative)
                         yield action, child, key, self.judge_new(child, findings, known)
                     continue
             memo_key = (details[index], shared, relative)
-            yield self.real_step(entry, index, job, relative, action, memo_key,
+            yield self.real_step(entry, index, self.jobs[index], relative, action, memo_key,
                                  steps.answers.get(memo_key), checking, key, visited, known, reached)
+
+    def promises_after(self, abandoned: tuple, job: str, added: tuple) -> tuple:
+        """The abandon promises after a step of ``job`` added ``added`` (relative to it), sorted as the key's."""
+        after = self.promised_after.get((abandoned, job, added))
+        if after is None:
+            after = self.promised_after[(abandoned, job, added)] = tuple(sorted(set(abandoned).union(
+                job + identity for identity in added)))
+        return after
 
     def tick_move(self, parts: tuple, now: int, by: int) -> tuple | None:
         """The parts after a tick from the tick memo, by number; None if it has not learned one of them."""
@@ -547,8 +579,7 @@ class AbstractWalk:
             child.job_memo[DETAIL + job] = answer[1]
             child_key = state_key(child, symmetry)
         memo = child.job_memo
-        child_key = self.fingerprint(
-            (child_key[0], self.key_of(0, tuple(self.number(memo[j]) for j in self.jobs), ())[1], child_key[2]))
+        child_key = self.fingerprint(child_key[0], tuple([self.number(memo[job]) for job in self.jobs]), child_key[2])
         if checking and child_key != abstract_key:
             raise MemoMismatch(f"the memos' key after {action} differs from the model's")
         broken = self.judge_step(child, known, reached)
@@ -623,6 +654,9 @@ class AbstractWalk:
         return broken
 
     def readings_of(self, entry: Entry) -> list[tuple[int, bool]]:
+        found = entry.readings
+        if found is not None:
+            return found
         readings = self.readings
         found = [readings.get(readings_key(detail)) for detail in entry.details]
         if None in found:
@@ -630,6 +664,7 @@ class AbstractWalk:
             found = [readings[readings_key(detail)] for detail in entry.details]
         elif self.steps.check_every and self.steps.should_check():
             self.check_readings(entry, found)
+        entry.readings = found
         return found
 
     def check_readings(self, entry: Entry, found: list) -> None:
@@ -657,7 +692,7 @@ class AbstractWalk:
         if entry.world is None:
             readings = self.readings_of(entry)
             now, _draining, free, held = entry.shared
-            answer, _learn = judge.lookup(
+            answer, learn = judge.lookup(
                 list(entry.details), self.jobs, now, free, held, entry.abandoned,
                 any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
             )
@@ -667,6 +702,7 @@ class AbstractWalk:
                     if real != answer:
                         raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's {real}")
                 return answer
+            return judge(self.world_of(entry), missed=learn)  # asked on the readings the World has
         return judge(self.world_of(entry))
 
 

@@ -57,6 +57,9 @@ class DrainJudge:
         """The abstract walk's numbering of key parts (``fence.explore.abstract``), or None: with it, the
         first round's memo keys and ``halves`` name each part by its number (equal numbers,
         equal parts), so a lookup hashes small integers."""
+        self.sums = None
+        """With ``number``, the abstract walk's ``fence.explore.visited.KeySums`` without symmetry: the first
+        round's memo keys fingerprinted by them (``first_round_fingerprint``), not encoded and hashed."""
 
     def first_round_key(self, key: tuple) -> tuple:
         """A state key (without symmetry) as the first round's memo keys write it."""
@@ -64,6 +67,13 @@ class DrainJudge:
         if number is None:
             return key
         return (key[0], tuple([number(part) for part in key[1]]), key[2])
+
+    def first_round_fingerprint(self, key: tuple, tag: str, fingerprint=of_plain) -> int:
+        """The memo's key for a first round's state ``key`` (as ``first_round_key`` writes it) and ``tag``."""
+        sums = self.sums
+        if sums is None:
+            return fingerprint(key + (tag,))
+        return sums(key[0], key[1], (key[2], tag))
 
     def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
         """The answer for a fast world without draining it, if the memos have it.
@@ -112,12 +122,12 @@ class DrainJudge:
                     abandoned.update(job + i for i in added)
             halfway = (now, tuple(part for part, _stepped, _added in found),
                        tuple(sorted(abandoned)) if abandoned else ())
-            answer = self.memo.get(of_plain(halfway + (self.FIRST_ROUND_HALFWAY,)))
+            answer = self.memo.get(self.first_round_fingerprint(halfway, self.FIRST_ROUND_HALFWAY))
             if answer is not None:
                 return answer, None
         # else the first half takes no step: no halfway key (see ``__call__``)
         if in_flight:
-            answer = self.memo.get(of_plain(own_key() + (self.FIRST_ROUND_DELIVERING,)))
+            answer = self.memo.get(self.first_round_fingerprint(own_key(), self.FIRST_ROUND_DELIVERING))
             if answer is not None:
                 return answer, None
         return None, learn
@@ -138,11 +148,14 @@ class DrainJudge:
             part = drained.job_memo[job]
             self.halves[(details[job], shared)] = (self.number(part) if self.number else part, stepped[job], added)
 
-    def __call__(self, world: World) -> tuple[tuple[str, ...], bool]:
+    def __call__(self, world: World, missed=False) -> tuple[tuple[str, ...], bool]:
+        """``missed``: what ``lookup`` gave besides no answer, when it was just asked about this world."""
         if not self.invariants:
             return (), True
         learn = None
-        if self.steps is not None and world.fast_copy_is_faithful():
+        if missed is not False:
+            learn = missed
+        elif self.steps is not None and world.fast_copy_is_faithful():
             answer, learn = self._from_memos(world)
             if answer is not None:
                 if not self.steps.should_check():
@@ -166,7 +179,8 @@ class DrainJudge:
         # on the way ends the first half where this one does. Such a state is
         # often another explored state (this one's child by that delivery).
         while drained.network:
-            key = fingerprint(self.first_round_key(state_key(drained)) + (self.FIRST_ROUND_DELIVERING,))
+            key = self.first_round_fingerprint(self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING,
+                                               fingerprint)
             answer = self.memo.get(key)
             if answer is not None:
                 break
@@ -188,7 +202,8 @@ class DrainJudge:
         if len(drained.trace) > steps:
             if learn is not None:
                 self._learn_halves(learn, drained, steps)
-            key = fingerprint(self.first_round_key(state_key(drained)) + (self.FIRST_ROUND_HALFWAY,))
+            key = self.first_round_fingerprint(self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY,
+                                               fingerprint)
             answer = self.memo.get(key)
             if answer is not None:
                 for key in seen:

@@ -34,8 +34,10 @@ Fingerprints the same in every process
     The one-process walk numbers key parts and details in the order it meets
     them, so its keys mean nothing to another process; here each is numbered by its
     content (``fence.explore.visited.of_plain``: marshal and blake2b, never Python's
-    per-process ``hash``), so every partition gives a state the same fingerprint
-    and the same owner.
+    per-process ``hash``), and a key's fingerprint sums numbers drawn from its
+    pieces' content (``OwnedWalk.key_sums``) where one process draws them at
+    random, so every partition gives a state the same fingerprint and the same
+    owner.
 
 The same order, so the same counterexamples
     One process expands a level in the order its states were found: by their
@@ -70,7 +72,7 @@ from operator import itemgetter
 from fence.explore.abstract import AbstractWalk, Entry, PartNumbers, translate
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.transitions import DETAIL, StepMemo
-from fence.explore.visited import of_plain
+from fence.explore.visited import KEY_PRIME, KeySums, of_plain
 from fence.model.world import World
 
 CODE_BYTES = 8
@@ -120,10 +122,19 @@ class ContentDetails(StepMemo):
         return _content_number(self.numbers, self.by_number, detail)
 
 
+def _drawn_from_content(kind: str, position: int | None, piece) -> int:
+    """A key piece's number for ``KeySums``: its content's fingerprint (``of_plain``), as random as BLAKE2b's."""
+    return of_plain((kind, position, piece)) % KEY_PRIME
+
+
 class OwnedWalk(AbstractWalk):
     """The abstract walk of one partition: parts by content, and Worlds rebuilt from an entry's path."""
 
     numbering = ContentNumbers
+
+    def key_sums(self, symmetry: bool, positions: int) -> KeySums:
+        """The one-process walk's sums, each piece's number drawn from its content: the same in every process."""
+        return KeySums(symmetry, positions, draw=_drawn_from_content)
 
     step_codes: dict[bytes, tuple] | None = None
     """A path's step codes -> (action, meant), as ``Partition`` learns them."""
@@ -163,8 +174,7 @@ class Partition:
         memos = _Memo(step_invariants)
         memos.steps = self.steps = ContentDetails()
         judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps)
-        self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config),
-                              fingerprint=of_plain, parents=None)
+        self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config), parents=None)
         # What every partition learns, it tells the others (``_news``, ``_told``): every key and answer of
         # these memos is written in content numbers, so it means the same in every process, and each
         # answer was computed by the model on a real World, so a partition that is told it need not

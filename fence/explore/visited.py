@@ -9,7 +9,11 @@ the key, as TLC keeps 8-byte fingerprints. Equal keys always give equal
 fingerprints, so nothing the key tells apart is merged by the encoding; two
 distinct keys share a fingerprint only by a hash collision, and the walk
 reports the chance that one happened (``collision_probability``) the way TLC
-does: for n distinct states and b-bit fingerprints about n^2 / 2^(b+1).
+does: for n distinct states and b-bit fingerprints about n^2 / 2^(b+1). The
+abstract walk (``fence.explore.abstract``), whose keys are small numbers, fingerprints
+them another way with the same bound: ``KeySums`` adds a random number per
+piece of the key modulo a prime just below 2^64, so that a step updates its
+parent's fingerprint instead of encoding and hashing a new key.
 
 The canonical encoding
     A key of fence's own parts (``state_key``, the abstract walk's keys,
@@ -30,8 +34,10 @@ The canonical encoding
 from __future__ import annotations
 
 import hashlib
-import tempfile
 import marshal
+import os
+import random
+import tempfile
 from array import array
 
 FINGERPRINT_BITS = 64
@@ -62,6 +68,77 @@ def of_plain(key, _dumps=marshal.dumps, _hash=hashlib.blake2b, _number=int.from_
     Called once per transition: the names are bound as defaults, not looked up each time.
     """
     return _number(_hash(_dumps(key, _MARSHAL_VERSION), digest_size=_DIGEST_BYTES).digest(), "little")
+
+
+KEY_PRIME = 2**64 - 59
+"""The largest prime below 2^64: ``KeySums`` adds modulo it."""
+
+
+class KeySums:
+    """The abstract walk's fingerprints: the sum, modulo a prime, of a random number per piece of the key.
+
+    A key of the abstract walk (``fence.explore.abstract``) is the clock, each job's
+    part by number (a multiset with symmetry, one per job's position without)
+    and the abandon promises. Each clock reading, each part number (per
+    position without symmetry) and each set of abandon promises is given a
+    number drawn uniformly from [0, P) the first time it is met (``draw``), and
+    a key's fingerprint is the sum of its pieces' numbers modulo P
+    (``KEY_PRIME``, just below 2^64).
+
+    Why the collision chance is the one reported: two distinct keys differ in
+    the clock, in the promises, or in how often some part number occurs (a
+    difference of at most the number of jobs, so invertible modulo P); with
+    every other number fixed, the two sums are equal for exactly one value of
+    that piece's number, drawn independently of the walk: a chance of 1/P,
+    about 2^-64, per pair of states, so at most n^2 / 2^65 for n states, as a
+    64-bit hash is reported (``collision_probability``).
+
+    Why it is cheap: a step changes one job's part (and now and then the
+    promises, a tick the clock), so the child's fingerprint is the parent's
+    sum with one number swapped: no key is built, sorted, encoded or hashed.
+
+    ``draw`` gives a piece's number from (kind, position or None, piece): by
+    default a random number from a generator seeded by the system's entropy,
+    once per walk; ``fence.explore.partitioned`` draws from the piece's content, so
+    that every process gives a key the same fingerprint.
+    """
+
+    def __init__(self, symmetry: bool, positions: int, draw=None) -> None:
+        if draw is None:
+            draw = _random_draw()
+        self.clock = _Drawn(draw, "clock", None)
+        self.promises = _Drawn(draw, "promises", None)
+        if symmetry:
+            self.parts = [_Drawn(draw, "part", None)] * positions
+        else:
+            self.parts = [_Drawn(draw, "part", position) for position in range(positions)]
+        """Per job's position, the numbers of its parts (one table for all with symmetry)."""
+
+    def __call__(self, now: int, parts: tuple, abandoned: tuple) -> int:
+        """The fingerprint of the key (now, parts in job order, abandon promises), computed afresh."""
+        total = self.clock[now] + self.promises[abandoned]
+        for table, part in zip(self.parts, parts):
+            total += table[part]
+        return total % KEY_PRIME
+
+
+def _random_draw():
+    pick = random.Random(os.urandom(32)).randrange
+    return lambda _kind, _position, _piece: pick(KEY_PRIME)
+
+
+class _Drawn(dict):
+    """Piece -> its number, drawn on first sight (``KeySums``)."""
+
+    __slots__ = ("_draw", "_kind", "_position")
+
+    def __init__(self, draw, kind: str, position: int | None) -> None:
+        super().__init__()
+        self._draw, self._kind, self._position = draw, kind, position
+
+    def __missing__(self, piece) -> int:
+        number = self[piece] = self._draw(self._kind, self._position, piece)
+        return number
 
 
 class Fingerprints:

@@ -95,7 +95,8 @@ The abstract walk (one process, fence's own parts)
     readings (details, key parts, context, abandon promises) and expanded and
     judged from memos learned from real Worlds (enabled actions per job, the
     step memo, live writers per job, the drain judge); a World is built only
-    when one of them misses. Its keys name each part by a number. The workers
+    when one of them misses. Its keys name each part by a number, and are
+    fingerprinted by sums (``fence.explore.visited.KeySums``). The workers
     of ``explore_with_workers`` keep the path above.
 
 Invariant 6 (everything_settles), a teardown invariant
@@ -392,8 +393,7 @@ def walk(
     # Either way the walk sees each state by its key's fingerprint (``fence.explore.visited``): the
     # visited set maps fingerprints to state numbers, the parents give the paths back.
     if memos is not None and memos.usable:
-        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, fingerprint=of_plain,
-                                parents=parents)
+        strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, parents=parents)
     else:
         strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents)
     visited = VisitedTable(strategy.root_key(), parents)
@@ -421,25 +421,31 @@ def walk(
         judged by a drain, so a budget asked between expansions ran over by
         minutes. Returns why it stopped early, or None.
         """
-        for action, child, key, broken in strategy.successors(state, visited, found, result.reached):
-            result.transitions += 1
-            for name in broken:
-                found[name] = (node, action)
-                strategy.meant_finding(name)
-            if faithfulness_check is not None:
-                faithfulness_check.after_transition(node, action, child, visited.get(key))
-            # The abstract walk yields no child for a state already visited.
-            if child is None or key in visited:
-                continue
-            child_node = visited.add(key, node, action, strategy.meant_of(child))
-            strategy.adopt(child, child_node)
-            following.append(strategy.encode(child_node, child))
-            check_teardown(child_node, child)
-            if budgeted and (stopped := over_budget()) is not None:
-                return stopped
-        return None
+        taken = 0  # counted here and added once: the loop runs once per transition
+        try:
+            for action, child, key, broken in strategy.successors(state, visited, found, result.reached):
+                taken += 1
+                if broken:
+                    for name in broken:
+                        found[name] = (node, action)
+                        strategy.meant_finding(name)
+                if faithfulness_check is not None:
+                    faithfulness_check.after_transition(node, action, child, visited.get(key))
+                # The abstract walk yields a child only for a state not visited (``only_new_children``).
+                if child is None or (not only_new_children and key in visited):
+                    continue
+                child_node = visited.add(key, node, action, strategy.meant_of(child))
+                strategy.adopt(child, child_node)
+                following.append(strategy.encode(child_node, child))
+                check_teardown(child_node, child)
+                if budgeted and (stopped := over_budget()) is not None:
+                    return stopped
+            return None
+        finally:
+            result.transitions += taken
 
     budgeted = time_budget is not None or max_states is not None
+    only_new_children = getattr(strategy, "only_new_children", False)
     check_teardown(0, strategy.root)
     frontier = Frontier(strategy.width, frontier_budget)
     frontier.append(strategy.encode(0, strategy.root))
