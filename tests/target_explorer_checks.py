@@ -7,7 +7,7 @@ restore or a snapshot can forget something) stays in that file.
 
 from __future__ import annotations
 
-from fence.explore.walk import Outcome
+from fence.explore.results import Outcome
 from fence.model.invariants import BY_NAME, required_dangers
 from fence.search.minimise import replay_actions
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target

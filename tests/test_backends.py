@@ -129,7 +129,8 @@ def test_the_explorer_runs_on_postgres_and_its_copies_are_faithful(postgres_url)
 
 
 def _explore_on(storage: ModelStorage) -> None:
-    from fence.explore.walk import Outcome, explore
+    from fence.explore.results import Outcome
+    from fence.explore.walk import explore
 
     bound = ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2)
     naive = explore(POLICIES["naive"], bound, destination_factory=storage.destination_factory,

@@ -21,9 +21,11 @@ import pytest
 from fence.checking.checking import PROFILES
 from fence.model.destination import TicketService
 from fence.explore.drain_judge import DrainJudge
-from fence.explore.walk import (
-    ONE_PROCESS_FASTER, Outcome, explore, explore_with_workers, key_congruence, report_text, shortest,
-)
+from fence.explore.congruence import key_congruence
+from fence.explore.report import report_text
+from fence.explore.results import Outcome
+from fence.explore.walk import explore, shortest
+from fence.explore.workers import ONE_PROCESS_FASTER, explore_with_workers
 from fence.model.invariants import BY_NAME, INVARIANTS, Invariant, required_dangers
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES
@@ -248,17 +250,17 @@ def test_the_hand_kept_key_concludes_what_the_whole_state_does(name):
 def test_a_walk_by_a_key_that_forgets_a_field_concludes_otherwise(monkeypatch):
     """The comparison can fail: a key whose job parts forget the reservations concludes otherwise.
 
-    (The walk without memos takes ``fence.explore.walk.state_key``.)
+    (The walk without memos, ``fence.explore.world_walk.WorldWalk``, takes ``state_key``.)
     """
-    from fence.explore import walk
+    from fence.explore import world_walk
 
-    whole_key = walk.state_key
+    whole_key = world_walk.state_key
 
     def without_reservations(world, symmetry=False):
         now, parts, abandoned = whole_key(world, symmetry)
         return now, tuple(part[1:] for part in parts), abandoned
 
-    monkeypatch.setattr(walk, "state_key", without_reservations)
+    monkeypatch.setattr(world_walk, "state_key", without_reservations)
     forgetful = explore(POLICIES["abandon-fenced-shared"], WHOLE_STATE_BOUND, memo=False)
     reference = explore(POLICIES["abandon-fenced-shared"], WHOLE_STATE_BOUND, by_whole_state=True)
     assert _conclusions(forgetful) != _conclusions(reference)

@@ -20,7 +20,8 @@ import pytest
 
 from fence.search.counterexample import to_json as counterexample_json
 from fence.model.destination import TicketService
-from fence.explore.walk import explore, report_text
+from fence.explore.report import report_text
+from fence.explore.walk import explore
 from fence.model.invariants import INVARIANTS, Invariant
 from fence.explore.partitioned import ContentNumbers, explore_partitioned, step_code
 from fence.model.policies import POLICIES

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from fence import POLICIES, Ledger, Move, PluginBroken, ReservationState
-from fence.explore.walk import Outcome, explore
+from fence.explore.results import Outcome
+from fence.explore.walk import explore
 from fence.model.invariants import FAILURE_DANGERS, required_dangers
 from fence.search.machines import machine_for
 from fence.live import AttemptSpec, ThreadRun

@@ -231,7 +231,7 @@ def test_a_walk_cut_short_is_checked_at_every_depth_it_finished(monkeypatch):
     Its checks once all fell on its first transitions (depths 1 to 4 here);
     each depth it finished now has some of its own.
     """
-    from fence.explore.walk import FaithfulnessCheck
+    from fence.explore.faithfulness import FaithfulnessCheck
 
     depths: list[int] = []
     for name in ("_check_new", "_check_merge"):

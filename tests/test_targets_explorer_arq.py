@@ -74,7 +74,7 @@ def test_the_explorer_proves_the_guarded_row_with_failures_and_reaches_every_dan
 
 def test_a_snapshot_without_time_is_reported_unfaithful(redis_url, arq_module):
     """Without the picks' deadlines and the keys' TTLs, a lease taken before a tick merges with one after it: caught."""
-    from fence.explore.walk import Outcome
+    from fence.explore.results import Outcome
     from fence.targets import EXPLORER_BOUND, explore_target
 
     class WithoutTime(arq_module.ArqLedger):

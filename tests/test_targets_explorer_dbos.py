@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from fence.explore.walk import Outcome
+from fence.explore.results import Outcome
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
 from tests.target_fixtures import system_fixtures

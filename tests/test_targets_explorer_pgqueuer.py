@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 
 from fence.base.errors import IllegalMove
-from fence.explore.walk import Outcome
+from fence.explore.results import Outcome
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import (
     FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,

@@ -34,7 +34,7 @@ import os
 
 import pytest
 
-from fence.explore.walk import Outcome
+from fence.explore.results import Outcome
 from fence.targets import EXPLORER_BOUND, EXPLORER_DEEP_BOUND, TARGETS, explore_target
 from tests.target_explorer_checks import FAITHFULNESS
 

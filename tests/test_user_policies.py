@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fence.explore.walk import Outcome, explore, walk
+from fence.explore.results import Outcome
+from fence.explore.walk import explore, walk
 from fence.model.invariants import BY_NAME
 from fence.model.plugins import load_policy
 from fence.model.policies import POLICIES

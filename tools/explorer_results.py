@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from fence.explore.walk import explore_with_workers
+from fence.explore.workers import explore_with_workers
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig
 

@@ -122,7 +122,7 @@ def _explore_in_child(pipe, arguments) -> None:
     import resource
     import traceback
 
-    from fence.explore.walk import explore_with_workers
+    from fence.explore.workers import explore_with_workers
     from fence.model.plugins import load_destination, load_ledger, load_policy
 
     spec, config, symmetry, budget, explorer_workers, (destination, ledger), engine = arguments

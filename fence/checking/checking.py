@@ -74,7 +74,7 @@ class LevelLines:
         self._last: float | None = None
 
     def __call__(self, found) -> None:
-        from fence.explore.walk import level_line
+        from fence.explore.report import level_line
 
         now = time.monotonic()
         if self._last is not None and now - self._last < LEVEL_LINE_EVERY:

@@ -293,7 +293,7 @@ def with_explorer(report: PolicyReport, found, destination_factory=None, ledger_
     missed a reachable state: a fence bug, reported as such); a counterexample
     that needs more units, jobs, attempts or time is beyond it.
     """
-    from fence.explore.walk import Outcome
+    from fence.explore.results import Outcome
 
     if report.exploration is None:
         report.exploration = found
@@ -355,7 +355,7 @@ def describe_bound(config: ModelConfig) -> str:
 
 def _not_within(report: PolicyReport, name: str) -> str:
     """What a proved cell's proof leaves out: each bound the explorer ran without proving it, and why."""
-    from fence.explore.walk import Outcome
+    from fence.explore.results import Outcome
 
     gaps = []
     for found in report.explorations:

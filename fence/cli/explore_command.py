@@ -59,17 +59,17 @@ def explore_arguments(explore) -> None:
 
 def _level_line(found) -> None:
     """One line per breadth-first level on stderr, with --json too (stdout holds only the report)."""
-    from fence.explore.walk import level_line
+    from fence.explore.report import level_line
 
     print(level_line(found), file=sys.stderr, flush=True)
 
 
 def cmd_explore(args) -> int:
     """Exit 0: every invariant proved; 1: one violated; 3: a budget ran out first."""
-    from fence.explore import walk
+    from fence.explore import report, results, workers
 
     policy, destination, ledger, specs = plug_ins(args)
-    horizon = args.horizon if args.horizon is not None else walk.EXPLORER_HORIZON
+    horizon = args.horizon if args.horizon is not None else results.EXPLORER_HORIZON
     config = ModelConfig(
         capacity=args.capacity,
         jobs=args.jobs if args.jobs is not None else args.capacity,
@@ -101,7 +101,7 @@ def cmd_explore(args) -> int:
                 **{name: value for name, value in walk_options.items() if value is not None and value is not False},
             )
         else:
-            found = walk.explore_with_workers(
+            found = workers.explore_with_workers(
                 policy, config, workers=args.workers, share_levels=args.share_levels.replace("-", "_"), **walk_options,
             )
     except BadInput:
@@ -120,12 +120,12 @@ def cmd_explore(args) -> int:
         from fence.base import evidence
 
         command = output.command_line("fence explore")
-        text = "\n".join([*evidence.header(command), "", walk.report_text(found)]) + "\n"
+        text = "\n".join([*evidence.header(command), "", report.report_text(found)]) + "\n"
         evidence.write_atomically(report_path, text)
     if args.json:
-        print(json.dumps(walk.to_json(found), indent=2))
+        print(json.dumps(report.to_json(found), indent=2))
     else:
-        print(walk.report_text(found))
+        print(report.report_text(found))
         for item in found.results.values():
             if item.counterexample:
                 print()
@@ -136,6 +136,6 @@ def cmd_explore(args) -> int:
         print(f"fence: the explorer proves nothing for these plug-ins: {found.unfaithful}", file=sys.stderr)
     outcome = found.outcome()
     return {
-        walk.Outcome.PROVED: EXIT_PROVED, walk.Outcome.VIOLATED: EXIT_VIOLATED,
-        walk.Outcome.UNDETERMINED: EXIT_UNDETERMINED,
+        results.Outcome.PROVED: EXIT_PROVED, results.Outcome.VIOLATED: EXIT_VIOLATED,
+        results.Outcome.UNDETERMINED: EXIT_UNDETERMINED,
     }[outcome]

@@ -305,8 +305,8 @@ def _render(found, args, profile, seconds: float) -> str:
 
 
 def _explorer_line(found) -> str:
-    """What the explorer did on the real system, with its warrant (fence.explore.walk.report_text's words)."""
-    from fence.explore.walk import describe_bounds
+    """What the explorer did on the real system, with its warrant (fence.explore.report.report_text's words)."""
+    from fence.explore.report import describe_bounds
 
     if found.exhausted:
         scope = "exhausted"

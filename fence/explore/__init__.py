@@ -1,13 +1,20 @@
 """The exhaustive explorer: every interleaving of the one model within bounds, breadth first.
 
-* ``walk``           ``explore()`` and the breadth-first walk; proofs within bounds, shortest counterexamples
-* ``state_key``      what a world's future depends on, as one hashable value (and ``whole_state``, its check)
-* ``transitions``    the memo of job-local steps: a step into a state seen before costs a lookup
-* ``abstract``       the abstract walk: states held by their readings, a World built only on a memo miss
-* ``drain_judge``    invariant 6 per state: the model's own drain, memoised by drain round
-* ``visited``        fingerprints of state keys, the parents, the frontier that spills to disk
-* ``partitioned``    levels shared between processes or Ray actors, each state owned by its fingerprint
+* ``walk``          ``explore()`` and the breadth-first walk; its docstring is the theory of operation
+* ``results``       what a walk concludes (``Exploration``, ``Outcome``, a verdict per invariant)
+* ``judging``       each broken invariant's shortest path, replayed from scratch as its counterexample
+* ``report``        an exploration in words, one progress line per level, and its JSON
+* ``state_key``     what a world's future depends on, as one hashable value (and ``whole_state``, its check)
+* ``congruence``    the hand-kept key held against every field of the state
+* ``transitions``   the memo of job-local steps: a step into a state seen before costs a lookup
+* ``successors``    a state's successors, each judged, by clone and step or from the step memo
+* ``world_walk``    the walk over World objects (one job; a user's plug-ins)
+* ``abstract``      the abstract walk: states held by their readings, a World built only on a memo miss
+* ``faithfulness``  whether a user's plug-ins can be walked as copies: sampled copies and merges replayed
+* ``drain_judge``   invariant 6 per state: the model's own drain, memoised by drain round
+* ``visited``       fingerprints of state keys, the parents, the frontier that spills to disk
+* ``workers``       levels shared between worker processes
+* ``partitioned``   levels partitioned by fingerprint between processes or Ray actors
 
-``walk``'s module docstring is the theory of operation. Imports from
-``fence.search``, ``fence.model`` and ``fence.base``.
+Imports from ``fence.search``, ``fence.model`` and ``fence.base``.
 """

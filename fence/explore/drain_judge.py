@@ -248,7 +248,7 @@ def drain_plainly(world: World, invariants: list[Invariant]) -> tuple[tuple[str,
     """The teardown invariants ``world`` breaks after the model's own drain, with no memo: (broken, settled).
 
     What ``DrainJudge`` answers, without the memos it keys by ``state_key``:
-    the reference walks that test that key (``fence.explore.walk.key_congruence``)
+    the reference walks that test that key (``fence.explore.congruence.key_congruence``)
     must not lean on it.
     """
     drained = world.clone(history=False)

@@ -166,7 +166,7 @@ class Partition:
     """One owner's share of the walk: its seen fingerprints, its frontier, its memos (see the module docstring)."""
 
     def __init__(self, index: int, count: int, policy, config, symmetry: bool, invariants) -> None:
-        from fence.explore.walk import _Memo
+        from fence.explore.successors import _Memo
 
         self.index, self.count = index, count
         step_invariants = [inv for inv in invariants if not inv.at_teardown]
@@ -351,7 +351,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     partition, delivering each the batches the others sent it last round, and returns the reports.
     """
     from fence.explore.abstract import replayable
-    from fence.explore.walk import verdicts
+    from fence.explore.judging import verdicts
 
     found: dict[str, tuple] = {}
     teardown = {inv.name for inv in invariants if inv.at_teardown}
@@ -548,7 +548,8 @@ class RayPartition:
 # -- the entry --------------------------------------------------------------------------------------
 def partition_problem(policy, config, options: dict) -> str | None:
     """Why this walk cannot be partitioned (it then runs in one process), or None."""
-    from fence.explore.walk import INVARIANTS, memo_judges
+    from fence.explore.successors import memo_judges
+    from fence.explore.walk import INVARIANTS
 
     if options.get("destination_factory") is not None or options.get("ledger_factory") is not None:
         return "a user's destination or ledger is walked in one process (its copies are checked against replays)"
@@ -577,7 +578,8 @@ def explore_partitioned(policy, config, *, partitions: int = 2, ray_address: str
     The same results as one process (states, transitions, depth, verdicts, the same shortest
     counterexamples); where the walk cannot be partitioned it runs in one and says why.
     """
-    from fence.explore.walk import INVARIANTS, Exploration, explore
+    from fence.explore.results import Exploration
+    from fence.explore.walk import INVARIANTS, explore
 
     problem = partition_problem(policy, config, options)
     if problem is not None:

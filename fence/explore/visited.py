@@ -202,7 +202,7 @@ class Parents:
     numbered, see ``fence.explore.abstract.translate``), so a state costs 6 bytes here.
     That is all a shortest counterexample needs: ``path_to`` walks the numbers
     back to the root, and the path is replayed from scratch
-    (``fence.explore.walk._judge``), never read from a stored state. Indexing gives
+    (``fence.explore.judging._judge``), never read from a stored state. Indexing gives
     ``(parent, action)``, or None for the root.
     """
 

@@ -545,7 +545,7 @@ class RunClock:
 
 def _with_violations(report: PolicyReport, found) -> None:
     """The cells a walk beyond the first bound found violated (each replayed from scratch) say so."""
-    from fence.explore.walk import Outcome
+    from fence.explore.results import Outcome
 
     for name, result in found.results.items():
         cell = report.cells[name]
