@@ -268,7 +268,7 @@ def test_a_walk_by_a_key_that_forgets_a_field_concludes_otherwise(monkeypatch):
 
 def test_the_whole_state_reads_every_field_but_those_declared_not_state():
     """A new field is in the whole state without a word; one it cannot read raises; no declaration is stale."""
-    from fence.explore.state_key import NOT_STATE, whole_state
+    from fence.explore.whole_state import NOT_STATE, whole_state
 
     world = World(POLICIES["abandon-fenced"], WHOLE_STATE_BOUND)
     before = whole_state(world)

@@ -7,7 +7,8 @@ from typing import Callable
 from fence.explore.drain_judge import drain_plainly
 from fence.model.invariants import INVARIANTS, Invariant
 from fence.model.policies import JanitorPolicy
-from fence.explore.state_key import state_key, whole_state
+from fence.explore.state_key import state_key
+from fence.explore.whole_state import whole_state
 from fence.model.world import ModelConfig, World
 
 

@@ -6,7 +6,8 @@ from collections import Counter
 
 from fence.explore import transitions as memo_rules
 from fence.model.invariants import BY_NAME, StepJudge, ObserverFinding
-from fence.explore.state_key import state_key, up_to_janitors, whole_state
+from fence.explore.state_key import state_key, up_to_janitors
+from fence.explore.whole_state import whole_state
 from fence.explore.transitions import DETAIL, MemoMismatch, StepMemo, TickMemo, facts_of, relative_action
 from fence.explore.visited import of_plain
 from fence.model.world import World

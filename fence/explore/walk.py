@@ -41,7 +41,7 @@ The state key
     reservation ownership, the ledger's current reservation per key, the
     destination's first payload per key) is a function of what the key holds.
     The key is written by hand; ``congruence.key_congruence`` holds it against
-    ``fence.explore.state_key.whole_state``, every field read mechanically, by
+    ``fence.explore.whole_state.whole_state``, every field read mechanically, by
     checking that the states one key merges have the same steps, findings
     and drain.
     Merged states have the same enabled actions up to steps that change nothing,
@@ -242,7 +242,7 @@ def walk(
     (every transition cloned and applied), for comparison.
     ``by_whole_state=True`` is the reference the hand-kept key is tested against:
     fence's own parts only, every enabled action taken (no janitor stands for
-    another), each state keyed by ``fence.explore.state_key.whole_state``, no memo and no
+    another), each state keyed by ``fence.explore.whole_state.whole_state``, no memo and no
     symmetry; it merges only states equal in every field, so it is slow.
     ``frontier_budget``: bytes of a level's frontier kept in memory before the rest
     spills to a file (``fence.explore.visited.Frontier``; ``FRONTIER_BUDGET`` by default).

@@ -6,7 +6,8 @@ from collections import Counter
 
 from fence.explore.drain_judge import DrainJudge, drain_plainly
 from fence.model.invariants import StepJudge
-from fence.explore.state_key import generic_key_of, generic_parts, state_key, up_to_janitors, whole_state
+from fence.explore.state_key import generic_key_of, generic_parts, state_key, up_to_janitors
+from fence.explore.whole_state import whole_state
 from fence.explore.visited import Fingerprints, Parents, of_plain
 from fence.model.world import World
 from fence.explore.successors import _successors
