@@ -190,7 +190,7 @@ WORKER = r'''
 import sys, threading
 from dbos import DBOS, DBOSClient, SetWorkflowID
 from fence.guard import Guard, Refused
-from fence.targets.dbos_postgres import attempt_id, recover_dead_executor
+from fence.targets.dbos_postgres import recover_dead_executor, running_attempt_id
 
 url, guard_url, schema = sys.argv[1:4]
 guard = Guard.open(guard_url)
@@ -200,8 +200,7 @@ stalled, wake, runs, refused = threading.Event(), threading.Event(), [], []
 def write_ticket(key, body):
     if body == "raise":
         raise RuntimeError("the step raised")
-    status, = DBOS.list_workflows(workflow_ids=[DBOS.workflow_id], load_input=False, load_output=False)
-    run = attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)
+    run = running_attempt_id()
     runs.append(run)
     with guard.attempt(key, run) as attempt:
         if len(runs) == 1:
@@ -278,13 +277,20 @@ def test_the_guard_in_a_workflow_run_by_dboss_own_worker(postgres_url, dbos_modu
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines["recovered"] == f"[('t1', {Decision.UNUSED!r})]"
     assert lines["result"] == "sent"
-    runs = re.fullmatch(r"\['(t1#1@\d+)', '(t1#2@\d+)'\] refused \[\('(t1#1@\d+)', '(\w+)'\)\]", lines["runs"])
+    claim = r"t1@[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # the workflow and its claim's token
+    runs = re.fullmatch(rf"\['({claim})', '({claim})'\] refused \[\('({claim})', '(\w+)'\)\]", lines["runs"])
     assert runs is not None, lines["runs"]
     stale, fresh, refused, why = runs.groups()
-    assert refused == stale and why == CommitResult.ABANDONED.value
+    assert stale != fresh and refused == stale and why == CommitResult.ABANDONED.value
     assert lines["effects"] == f"[('t1', '{fresh}')]"
     assert lines["status"] == "SUCCESS 2"
     assert lines["failed"] == "ERROR [(1, True)]"
+
+
+def test_outside_a_workflow_the_running_attempt_is_one_line_saying_where_to_call_it(dbos_module):
+    """running_attempt_id names a run from DBOS's context: outside a workflow DBOS runs there is none, said in words."""
+    with pytest.raises(BadInput, match="call it in a step or workflow DBOS runs"):
+        dbos_module.running_attempt_id()
 
 
 def test_without_dbos_the_target_is_one_line_naming_the_extra(monkeypatch, postgres_url):
