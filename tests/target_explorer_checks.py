@@ -1,19 +1,46 @@
-"""What the explorer must show on every target, written once for procrastinate, pgqueuer and celery.
+"""What the explorer (and the machines) must show on every target, written once for every target.
 
-Each target's test file (tests/test_targets_explorer*.py) opens its own
-storages on its own server and calls these; what differs between targets (how a
-restore or a snapshot can forget something) stays in that file.
+Each target's test file (tests/test_targets*.py) opens its own storages on its
+own server and calls these; what differs between targets (how a restore or a
+snapshot can forget something, which steps a duplicate takes) stays in that file.
 """
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from fence._draws import source_independent_draws
 from fence._explore import Outcome
 from fence._invariants import BY_NAME, required_dangers
+from fence._machines import InvariantViolation, machine_for
 from fence._minimise import replay_actions
+from fence._policies import POLICIES
+from fence._world import ModelConfig
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target
 
 FAITHFULNESS = (20, 40)
 """New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
+
+
+def machines_duplicate_replays(shipped) -> list[str]:
+    """The machines on the shipped (naive) storage find a job written twice; their run, replayed on the emptied
+    server, writes it twice again, by two attempts: the replayed story's action kinds, in order."""
+    naive, one, duplicate = POLICIES["naive"], ModelConfig(capacity=1, jobs=1), BY_NAME["no_duplicate_writes"]
+    machine = machine_for(naive, one, [duplicate], shipped.destination_factory, ledger_factory=shipped.ledger_factory)
+    run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
+                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with pytest.raises(InvariantViolation) as found, source_independent_draws():
+        run_state_machine_as_test(machine, settings=run)
+    chosen = [step.action for step in found.value.trace if not step.drain]
+
+    replayed = replay_actions(naive, one, chosen, duplicate, shipped.destination_factory, shipped.ledger_factory)
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    # fence's recorded facts: two writes for the key, by two attempts that the queue each let run.
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    return [step.action.kind for step in replayed.world.trace]
 
 
 def shipped_duplicate_replays(row: str, shipped, url: str) -> None:
