@@ -17,8 +17,15 @@ from fence._invariants import BY_NAME, required_dangers
 from fence._machines import InvariantViolation, machine_for
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
-from fence._world import ModelConfig
+from fence._world import ModelConfig, Probe, Reserve, Retry, Scan, Settle, Tick
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target
+
+# Two janitors hold the same answer for one expired lease; one settles it, the job is
+# retried, and then the other acts on its stale answer (every guarded row refuses it, as the model does).
+STALE_SETTLE = [
+    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
+    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
+]
 
 FAITHFULNESS = (20, 40)
 """New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""

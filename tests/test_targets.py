@@ -32,7 +32,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import machines_duplicate_replays
+from tests.target_explorer_checks import STALE_SETTLE, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -90,14 +90,6 @@ def test_a_stale_worker_finishes_the_retrys_row_where_the_model_refuses(shipped)
 
 
 # -- with the guard -------------------------------------------------------------------------
-# Two janitors hold the same answer for one expired lease; one settles it, the job is
-# retried, and then the other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recipe_refuses_a_stale_settle_like_the_model(guarded):
     """With the guard's recovery (a fresh row per retry), a janitor's stale settle meets a finished row and is refused, as in the model."""
     policy = POLICIES["abandon-fenced"]

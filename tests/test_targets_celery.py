@@ -38,7 +38,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import machines_duplicate_replays
+from tests.target_explorer_checks import STALE_SETTLE, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -120,14 +120,6 @@ def test_one_restore_visible_restores_what_the_scans_restore(shipped, celery_mod
 
 
 # -- with the guard -------------------------------------------------------------------------
-# Two janitors hold the same answer for one expired delivery; one settles it, the job is
-# retried, and then the other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     """With a fresh message per retry, a janitor's stale basic_reject removes nothing and is refused, as in the model."""
     policy = POLICIES["abandon-fenced"]

@@ -37,6 +37,7 @@ from fence._world import (
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
 from fence.testing import check_target
+from tests.target_explorer_checks import STALE_SETTLE
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -128,12 +129,6 @@ def test_the_shipped_rows_duplicate_replays_on_dbos_by_fence_replay(postgres_url
 
 
 # -- with the guard -------------------------------------------------------------------------------
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     """A second janitor's late re-enqueue names the dead executor, which no longer has the workflow: refused, as in the model."""
     world = _on(guarded, GUARDED)

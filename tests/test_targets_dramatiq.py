@@ -35,6 +35,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_explorer_checks import STALE_SETTLE
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -182,14 +183,6 @@ def test_the_adapters_failure_is_what_a_real_dramatiq_worker_does(redis_url, dra
 
 
 # -- guarded: recover_stalled instead of maintenance ------------------------------------------------
-# Two janitors probe the same expired reservation; one settles it, the job is retried, and then the
-# other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded, dramatiq_module):
     """The first settle dead-letters the attempt's message and enqueues a fresh one; the second removes nothing,
     enqueues nothing, and is refused, as in the model."""

@@ -39,7 +39,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import machines_duplicate_replays
+from tests.target_explorer_checks import STALE_SETTLE, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
@@ -102,14 +102,6 @@ def test_a_stale_workers_log_jobs_completes_the_repicked_row_where_the_model_ref
 
 
 # -- with the guard -------------------------------------------------------------------------
-# Two janitors hold the same answer for one expired lease; one settles it, the job is
-# retried, and then the other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 @pytest.mark.postgres
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     """Guarded (the re-pick holds, a fresh row per retry), a stale settle's log_jobs meets no row and is refused, as in the model."""
