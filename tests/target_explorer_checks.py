@@ -17,8 +17,9 @@ from fence._invariants import BY_NAME, required_dangers
 from fence._machines import InvariantViolation, machine_for
 from fence._minimise import replay_actions
 from fence._policies import POLICIES
+from fence._verdicts import Verdict, profile_settings
 from fence._world import ModelConfig, Probe, Reserve, Retry, Scan, Settle, Tick
-from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target
+from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
 
 # Two janitors hold the same answer for one expired lease; one settles it, the job is
 # retried, and then the other acts on its stale answer (every guarded row refuses it, as the model does).
@@ -48,6 +49,22 @@ def machines_duplicate_replays(shipped) -> list[str]:
     written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
     assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
     return [step.action.kind for step in replayed.world.trace]
+
+
+def guarded_row_holds(row: str, url: str, examples: int, *, failures: bool) -> dict:
+    """The machines on ``row`` at 1 unit x 1 job, ``examples`` examples: no invariant broken, no lockstep
+    difference, every danger reached (the failure path's too, with ``failures``); what they reached."""
+    config = ModelConfig(capacity=1, jobs=1, failures=failures)
+    found = judge_target(TARGETS[row], url, configs=[ModelConfig(capacity=1, jobs=1)],
+                         run_settings=profile_settings(examples, 30), explore=False, failures=failures)
+    report = found.report
+    assert {name: cell.verdict for name, cell in report.cells.items()} == {
+        name: Verdict.NOT_FOUND for name in report.cells
+    }, {name: cell.detail for name, cell in report.cells.items()}
+    reached = report.reached[config]
+    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"], config)), dict(reached)
+    assert found.lockstep_findings == []
+    return reached
 
 
 def shipped_duplicate_replays(row: str, shipped, url: str) -> None:

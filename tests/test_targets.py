@@ -23,7 +23,7 @@ import pytest
 
 from fence import _counterexample
 from fence._destination import CommitResult
-from fence._invariants import BY_NAME, required_dangers
+from fence._invariants import BY_NAME
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
 from fence._policies import POLICIES, Decision
@@ -32,7 +32,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import STALE_SETTLE, machines_duplicate_replays
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -111,15 +111,7 @@ def test_the_shipped_retry_job_lets_a_stale_settle_give_back_the_retrys_row(ship
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, procrastinate_module):
     """procrastinate with fence.guard, workers that never fail: no invariant broken, no lockstep difference, every danger
     reached (1 unit, 1 job). With failures it is violated: the tests after the next."""
-    found = judge_target(TARGETS["procrastinate+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False, failures=False)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"])), dict(reached)
-    assert found.lockstep_findings == []
+    guarded_row_holds("procrastinate+guard", postgres_url, GUARDED_EXAMPLES, failures=False)
 
 
 @pytest.mark.slow

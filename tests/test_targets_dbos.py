@@ -26,7 +26,7 @@ import pytest
 
 from fence._destination import CommitResult
 from fence._errors import BadInput
-from fence._invariants import BY_NAME, required_dangers
+from fence._invariants import BY_NAME
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
 from fence._policies import POLICIES, Decision
@@ -37,7 +37,7 @@ from fence._world import (
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
 from fence.testing import check_target
-from tests.target_explorer_checks import STALE_SETTLE
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -159,16 +159,8 @@ def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_th
 @pytest.mark.slow
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, dbos_module):
     """DBOS with fence.guard and failing workers: nothing broken, no lockstep difference, every danger reached (1x1)."""
-    found = judge_target(TARGETS["dbos+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False, failures=True)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE_FAILING]
-    assert all(reached[d.name] > 0 for d in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
+    reached = guarded_row_holds("dbos+guard", postgres_url, GUARDED_EXAMPLES, failures=True)
     assert reached["failure_after_effect"] > 0
-    assert found.lockstep_findings == []
 
 
 @pytest.mark.slow

@@ -26,16 +26,16 @@ import pytest
 
 from fence._destination import CommitResult
 from fence._errors import BadInput, IllegalMove
-from fence._invariants import BY_NAME, required_dangers
+from fence._invariants import BY_NAME
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
 from fence._policies import POLICIES, Decision
-from fence._verdicts import Verdict, profile_settings
+from fence._verdicts import Verdict
 from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
-from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import STALE_SETTLE
+from fence.targets import TARGETS
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -223,16 +223,8 @@ def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_u
 
     Slow: Hypothesis reaches failure_after_effect rarely on this row (once in the quick profile's 40 examples,
     never in 30), so this takes 100; the explorer's proof reaches it over a thousand times."""
-    found = judge_target(TARGETS["dramatiq+guard"], redis_url, configs=[ONE],
-                         run_settings=profile_settings(100, 30), explore=False, failures=True)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE_FAILING]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
+    reached = guarded_row_holds("dramatiq+guard", redis_url, 100, failures=True)
     assert reached["failure_after_effect"] > 0
-    assert found.lockstep_findings == []
 
 
 def test_the_guard_in_a_task_run_by_a_real_dramatiq_worker(redis_url, dramatiq_module, tmp_path):

@@ -30,7 +30,7 @@ import pytest
 from fence import _counterexample
 from fence._destination import CommitResult
 from fence._errors import BadInput
-from fence._invariants import BY_NAME, required_dangers
+from fence._invariants import BY_NAME
 from fence._lockstep import replay_in_lockstep, without_refusal_reasons
 from fence._minimise import replay_actions
 from fence._policies import POLICIES, Decision
@@ -39,7 +39,7 @@ from fence._world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import STALE_SETTLE, machines_duplicate_replays
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
@@ -116,15 +116,7 @@ def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
 @pytest.mark.postgres
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, pgqueuer_module):
     """pgqueuer with fence.guard: no invariant broken, no lockstep difference, every danger reached (1 unit, 1 job)."""
-    found = judge_target(TARGETS["pgqueuer+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"])), dict(reached)
-    assert found.lockstep_findings == []
+    guarded_row_holds("pgqueuer+guard", postgres_url, GUARDED_EXAMPLES, failures=False)
 
 
 @pytest.mark.slow
