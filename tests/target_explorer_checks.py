@@ -1,19 +1,70 @@
-"""What the explorer must show on every target, written once for procrastinate, pgqueuer and celery.
+"""What the explorer (and the machines) must show on every target, written once for every target.
 
-Each target's test file (tests/test_targets_explorer*.py) opens its own
-storages on its own server and calls these; what differs between targets (how a
-restore or a snapshot can forget something) stays in that file.
+Each target's test file (tests/test_targets*.py) opens its own storages on its
+own server and calls these; what differs between targets (how a restore or a
+snapshot can forget something, which steps a duplicate takes) stays in that file.
 """
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from fence.search.draws import source_independent_draws
 from fence.explore.results import Outcome
 from fence.model.invariants import BY_NAME, required_dangers
+from fence.search.machines import InvariantViolation, machine_for
 from fence.search.minimise import replay_actions
-from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target
+from fence.model.policies import POLICIES
+from fence.checking.verdicts import Verdict, profile_settings
+from fence.model.world import ModelConfig, Probe, Reserve, Retry, Scan, Settle, Tick
+from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
+
+# Two janitors hold the same answer for one expired lease; one settles it, the job is
+# retried, and then the other acts on its stale answer (every guarded row refuses it, as the model does).
+STALE_SETTLE = [
+    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
+    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
+]
 
 FAITHFULNESS = (20, 40)
 """New states and merges the FaithfulnessCheck replays in these tests (each replay: a fresh world)."""
+
+
+def machines_duplicate_replays(shipped) -> list[str]:
+    """The machines on the shipped (naive) storage find a job written twice; their run, replayed on the emptied
+    server, writes it twice again, by two attempts: the replayed story's action kinds, in order."""
+    naive, one, duplicate = POLICIES["naive"], ModelConfig(capacity=1, jobs=1), BY_NAME["no_duplicate_writes"]
+    machine = machine_for(naive, one, [duplicate], shipped.destination_factory, ledger_factory=shipped.ledger_factory)
+    run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
+                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with pytest.raises(InvariantViolation) as found, source_independent_draws():
+        run_state_machine_as_test(machine, settings=run)
+    chosen = [step.action for step in found.value.trace if not step.drain]
+
+    replayed = replay_actions(naive, one, chosen, duplicate, shipped.destination_factory, shipped.ledger_factory)
+    assert replayed is not None and replayed.message == "job1 was written 2 times"
+    # fence's recorded facts: two writes for the key, by two attempts that the queue each let run.
+    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
+    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
+    return [step.action.kind for step in replayed.world.trace]
+
+
+def guarded_row_holds(row: str, url: str, examples: int, *, failures: bool) -> dict:
+    """The machines on ``row`` at 1 unit x 1 job, ``examples`` examples: no invariant broken, no lockstep
+    difference, every danger reached (the failure path's too, with ``failures``); what they reached."""
+    config = ModelConfig(capacity=1, jobs=1, failures=failures)
+    found = judge_target(TARGETS[row], url, configs=[ModelConfig(capacity=1, jobs=1)],
+                         run_settings=profile_settings(examples, 30), explore=False, failures=failures)
+    report = found.report
+    assert {name: cell.verdict for name, cell in report.cells.items()} == {
+        name: Verdict.NOT_FOUND for name in report.cells
+    }, {name: cell.detail for name, cell in report.cells.items()}
+    reached = report.reached[config]
+    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"], config)), dict(reached)
+    assert found.lockstep_findings == []
+    return reached
 
 
 def shipped_duplicate_replays(row: str, shipped, url: str) -> None:

@@ -20,15 +20,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from fence.search import counterexample
 from fence.model.destination import CommitResult
-from fence.search.draws import source_independent_draws
-from fence.model.invariants import BY_NAME, required_dangers
+from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
-from fence.search.machines import InvariantViolation, machine_for
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
 from fence.checking.verdicts import Verdict, profile_settings
@@ -36,6 +32,7 @@ from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -68,22 +65,8 @@ def test_the_models_naive_counterexamples_replay_on_procrastinate(path, shipped)
 
 def test_the_machines_find_a_duplicate_on_procrastinate_and_it_replays_on_a_fresh_database(shipped):
     """The machines on procrastinate find a job written twice; its run, replayed on emptied tables, writes it twice again."""
-    duplicate = BY_NAME["no_duplicate_writes"]
-    machine = machine_for(POLICIES["naive"], ONE, [duplicate], shipped.destination_factory,
-                          ledger_factory=shipped.ledger_factory)
-    run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
-                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    with pytest.raises(InvariantViolation) as found, source_independent_draws():
-        run_state_machine_as_test(machine, settings=run)
-    chosen = [step.action for step in found.value.trace if not step.drain]
-
-    replayed = replay_actions(POLICIES["naive"], ONE, chosen, duplicate, shipped.destination_factory,
-                              shipped.ledger_factory)
-    assert replayed is not None and replayed.message == "job1 was written 2 times"
-    # fence's recorded facts: two writes for the key, by two attempts that procrastinate each let run.
-    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
-    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
-    assert {step.action.kind for step in replayed.world.trace} >= {"scan", "retry"}
+    kinds = machines_duplicate_replays(shipped)
+    assert set(kinds) >= {"scan", "retry"}
 
 
 # The story of a worker that outlives its lease, told as the world's actions.
@@ -107,14 +90,6 @@ def test_a_stale_worker_finishes_the_retrys_row_where_the_model_refuses(shipped)
 
 
 # -- with the guard -------------------------------------------------------------------------
-# Two janitors hold the same answer for one expired lease; one settles it, the job is
-# retried, and then the other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recipe_refuses_a_stale_settle_like_the_model(guarded):
     """With the guard's recovery (a fresh row per retry), a janitor's stale settle meets a finished row and is refused, as in the model."""
     policy = POLICIES["abandon-fenced"]
@@ -136,15 +111,7 @@ def test_the_shipped_retry_job_lets_a_stale_settle_give_back_the_retrys_row(ship
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, procrastinate_module):
     """procrastinate with fence.guard, workers that never fail: no invariant broken, no lockstep difference, every danger
     reached (1 unit, 1 job). With failures it is violated: the tests after the next."""
-    found = judge_target(TARGETS["procrastinate+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False, failures=False)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"])), dict(reached)
-    assert found.lockstep_findings == []
+    guarded_row_holds("procrastinate+guard", postgres_url, GUARDED_EXAMPLES, failures=False)
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import pytest
 
 from fence.model.destination import CommitResult
 from fence.base.errors import BadInput
-from fence.model.invariants import BY_NAME, required_dangers
+from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
@@ -37,6 +37,7 @@ from fence.model.world import (
 from fence.targets import TARGETS, judge_target
 from fence.targets.protocol import IllegalMove, Move
 from fence.testing import check_target
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -128,12 +129,6 @@ def test_the_shipped_rows_duplicate_replays_on_dbos_by_fence_replay(postgres_url
 
 
 # -- with the guard -------------------------------------------------------------------------------
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     """A second janitor's late re-enqueue names the dead executor, which no longer has the workflow: refused, as in the model."""
     world = _on(guarded, GUARDED)
@@ -164,16 +159,8 @@ def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_th
 @pytest.mark.slow
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, dbos_module):
     """DBOS with fence.guard and failing workers: nothing broken, no lockstep difference, every danger reached (1x1)."""
-    found = judge_target(TARGETS["dbos+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False, failures=True)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE_FAILING]
-    assert all(reached[d.name] > 0 for d in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
+    reached = guarded_row_holds("dbos+guard", postgres_url, GUARDED_EXAMPLES, failures=True)
     assert reached["failure_after_effect"] > 0
-    assert found.lockstep_findings == []
 
 
 @pytest.mark.slow
@@ -190,7 +177,7 @@ WORKER = r'''
 import sys, threading
 from dbos import DBOS, DBOSClient, SetWorkflowID
 from fence.guard import Guard, Refused
-from fence.targets.dbos_postgres import attempt_id, recover_dead_executor
+from fence.targets.dbos_postgres import recover_dead_executor, running_attempt_id
 
 url, guard_url, schema = sys.argv[1:4]
 guard = Guard.open(guard_url)
@@ -200,8 +187,7 @@ stalled, wake, runs, refused = threading.Event(), threading.Event(), [], []
 def write_ticket(key, body):
     if body == "raise":
         raise RuntimeError("the step raised")
-    status, = DBOS.list_workflows(workflow_ids=[DBOS.workflow_id], load_input=False, load_output=False)
-    run = attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)
+    run = running_attempt_id()
     runs.append(run)
     with guard.attempt(key, run) as attempt:
         if len(runs) == 1:
@@ -278,13 +264,20 @@ def test_the_guard_in_a_workflow_run_by_dboss_own_worker(postgres_url, dbos_modu
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines["recovered"] == f"[('t1', {Decision.UNUSED!r})]"
     assert lines["result"] == "sent"
-    runs = re.fullmatch(r"\['(t1#1@\d+)', '(t1#2@\d+)'\] refused \[\('(t1#1@\d+)', '(\w+)'\)\]", lines["runs"])
+    claim = r"t1@[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # the workflow and its claim's token
+    runs = re.fullmatch(rf"\['({claim})', '({claim})'\] refused \[\('({claim})', '(\w+)'\)\]", lines["runs"])
     assert runs is not None, lines["runs"]
     stale, fresh, refused, why = runs.groups()
-    assert refused == stale and why == CommitResult.ABANDONED.value
+    assert stale != fresh and refused == stale and why == CommitResult.ABANDONED.value
     assert lines["effects"] == f"[('t1', '{fresh}')]"
     assert lines["status"] == "SUCCESS 2"
     assert lines["failed"] == "ERROR [(1, True)]"
+
+
+def test_outside_a_workflow_the_running_attempt_is_one_line_saying_where_to_call_it(dbos_module):
+    """running_attempt_id names a run from DBOS's context: outside a workflow DBOS runs there is none, said in words."""
+    with pytest.raises(BadInput, match="call it in a step or workflow DBOS runs"):
+        dbos_module.running_attempt_id()
 
 
 def test_without_dbos_the_target_is_one_line_naming_the_extra(monkeypatch, postgres_url):

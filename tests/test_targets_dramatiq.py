@@ -26,15 +26,16 @@ import pytest
 
 from fence.model.destination import CommitResult
 from fence.base.errors import BadInput, IllegalMove
-from fence.model.invariants import BY_NAME, required_dangers
+from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
-from fence.checking.verdicts import Verdict, profile_settings
+from fence.checking.verdicts import Verdict
 from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
-from fence.targets import TARGETS, judge_target
+from fence.targets import TARGETS
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -182,14 +183,6 @@ def test_the_adapters_failure_is_what_a_real_dramatiq_worker_does(redis_url, dra
 
 
 # -- guarded: recover_stalled instead of maintenance ------------------------------------------------
-# Two janitors probe the same expired reservation; one settles it, the job is retried, and then the
-# other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded, dramatiq_module):
     """The first settle dead-letters the attempt's message and enqueues a fresh one; the second removes nothing,
     enqueues nothing, and is refused, as in the model."""
@@ -230,16 +223,8 @@ def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_u
 
     Slow: Hypothesis reaches failure_after_effect rarely on this row (once in the quick profile's 40 examples,
     never in 30), so this takes 100; the explorer's proof reaches it over a thousand times."""
-    found = judge_target(TARGETS["dramatiq+guard"], redis_url, configs=[ONE],
-                         run_settings=profile_settings(100, 30), explore=False, failures=True)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE_FAILING]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
+    reached = guarded_row_holds("dramatiq+guard", redis_url, 100, failures=True)
     assert reached["failure_after_effect"] > 0
-    assert found.lockstep_findings == []
 
 
 def test_the_guard_in_a_task_run_by_a_real_dramatiq_worker(redis_url, dramatiq_module, tmp_path):

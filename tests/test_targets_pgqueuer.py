@@ -26,16 +26,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from fence.search import counterexample
 from fence.model.destination import CommitResult
-from fence.search.draws import source_independent_draws
 from fence.base.errors import BadInput
-from fence.model.invariants import BY_NAME, required_dangers
+from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
-from fence.search.machines import InvariantViolation, machine_for
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
 from fence.checking.verdicts import Verdict, profile_settings
@@ -43,6 +39,7 @@ from fence.model.world import (
     Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS, judge_target
+from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds, machines_duplicate_replays
 from tests.target_fixtures import system_fixtures
 
 PINNED_NAIVE = sorted((Path(__file__).parent / "pinned").glob("naive__*.json"))
@@ -73,23 +70,8 @@ def test_the_models_naive_counterexamples_replay_on_pgqueuer(path, shipped):
 @pytest.mark.postgres
 def test_the_machines_find_a_duplicate_on_pgqueuer_and_it_replays_on_a_fresh_database(shipped):
     """The machines on pgqueuer find a job written twice; its run, replayed on emptied tables, writes it twice again."""
-    duplicate = BY_NAME["no_duplicate_writes"]
-    machine = machine_for(POLICIES["naive"], ONE, [duplicate], shipped.destination_factory,
-                          ledger_factory=shipped.ledger_factory)
-    run = settings(max_examples=60, stateful_step_count=30, derandomize=True, database=None, deadline=None,
-                   phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    with pytest.raises(InvariantViolation) as found, source_independent_draws():
-        run_state_machine_as_test(machine, settings=run)
-    chosen = [step.action for step in found.value.trace if not step.drain]
-
-    replayed = replay_actions(POLICIES["naive"], ONE, chosen, duplicate, shipped.destination_factory,
-                              shipped.ledger_factory)
-    assert replayed is not None and replayed.message == "job1 was written 2 times"
-    # fence's recorded facts: two writes for the key, by two attempts that pgqueuer each let run.
-    written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
-    assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
-    # ...and the second run is the stale re-pick: a scan (the re-pick) comes before the retry that ran it.
-    kinds = [step.action.kind for step in replayed.world.trace]
+    kinds = machines_duplicate_replays(shipped)
+    # ...the second run is the stale re-pick: a scan (the re-pick) comes before the retry that ran it.
     assert "scan" in kinds and "retry" in kinds and kinds.index("scan") < kinds.index("retry")
 
 
@@ -120,14 +102,6 @@ def test_a_stale_workers_log_jobs_completes_the_repicked_row_where_the_model_ref
 
 
 # -- with the guard -------------------------------------------------------------------------
-# Two janitors hold the same answer for one expired lease; one settles it, the job is
-# retried, and then the other acts on its stale answer.
-STALE_SETTLE = [
-    Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
-    Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
-]
-
-
 @pytest.mark.postgres
 def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
     """Guarded (the re-pick holds, a fresh row per retry), a stale settle's log_jobs meets no row and is refused, as in the model."""
@@ -142,15 +116,7 @@ def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
 @pytest.mark.postgres
 def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, pgqueuer_module):
     """pgqueuer with fence.guard: no invariant broken, no lockstep difference, every danger reached (1 unit, 1 job)."""
-    found = judge_target(TARGETS["pgqueuer+guard"], postgres_url, configs=[ONE],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE]
-    assert all(reached[danger.name] > 0 for danger in required_dangers(POLICIES["abandon-fenced"])), dict(reached)
-    assert found.lockstep_findings == []
+    guarded_row_holds("pgqueuer+guard", postgres_url, GUARDED_EXAMPLES, failures=False)
 
 
 @pytest.mark.slow

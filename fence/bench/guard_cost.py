@@ -12,7 +12,7 @@ queues write there too):
 * **guarded**: ``guard.attempt(key, attempt_id)`` and ``commit(payload)``
   through the recipe of ``fence.targets.<queue>`` (its attempt ids; pgqueuer's
   ``guarded_attempt`` and arq's ``guarded_task``, which read the job's pick or
-  try first; DBOS's step reads its workflow's status for the attempt id).
+  try first; DBOS's step names its attempt by its claim's token, read from DBOS's context).
 
 ``--work-ms MS``: each task of both modes first works MS milliseconds (a
 sleep), recorded apart (guard-cost-work-MSms.txt); the default record is the
@@ -269,7 +269,7 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         "#   committed and the fenced INSERT; only a refused commit runs the judged transaction that reads the key's",
         "#   first payload), schema fence_bench_guard, one connection per worker thread. The recipes' own reads,",
         "#   guarded only: pgqueuer's guarded_attempt reads the job's picks from pgqueuer's log (an await on its",
-        "#   connection); DBOS's step reads its workflow's status (DBOS.list_workflows, without inputs and outputs) for its attempt id",
+        "#   connection); DBOS's step names its attempt from DBOS's context (its claim's token), reading nothing",
         (f"# task work: {work_ms:g} ms before the effect in both modes (time.sleep in a sync worker, asyncio.sleep in"
          " pgqueuer's and arq's): a task that does something besides its write" if work_ms else
          "# task work: none (the cheapest task: its write alone, so the guard's round trips are the largest fraction"

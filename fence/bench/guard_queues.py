@@ -373,10 +373,8 @@ def _dbos_work(url: str, effect: Effect, index: int) -> None:
         started = time.time()
         effect.work()
         workflow_id = DBOS.workflow_id
-        if effect.guarded:  # the recipe's attempt id: this run's dispatch count and claim instant, read from DBOS
-            # without the workflow's inputs and outputs (get_workflow_status loads both: twice the time)
-            status, = DBOS.list_workflows(workflow_ids=[workflow_id], load_input=False, load_output=False)
-            effect.write(key, recipe.attempt_id(workflow_id, status.recovery_attempts, status.dequeued_at))
+        if effect.guarded:  # the recipe's attempt id: the workflow and its claim's token, from DBOS's context
+            effect.write(key, recipe.running_attempt_id())
         else:
             effect.write(key, f"{workflow_id}#1")
         effect.done(key, enqueued_at, started)

@@ -15,7 +15,7 @@ fence plays that service: an executor is dead once a lease has passed since
 its claim, in model ticks (nothing on the server is compared with a clock on
 this path, so nothing there moves); the retry is the next claim of the row.
 
-Guarded: the step commits through ``guard.attempt(key, attempt_id(...))``, and
+Guarded: the step commits through ``guard.attempt(key, running_attempt_id())``, and
 ``recover_dead_executor`` runs instead of DBOS's recovery: abandon the run
 unless it committed, then SUCCESS under the dead claim's token, or re-enqueue.
 The rerun's fresh token makes DBOS itself refuse the stale worker's writes.
@@ -27,12 +27,13 @@ import json
 from dataclasses import dataclass
 from importlib.metadata import version
 
-from dbos import DBOSClient
+from dbos import DBOS, DBOSClient
+from dbos._context import current_owner_xid
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._serialization import serialize_exception, serialize_value
 from dbos._utils import INTERNAL_QUEUE_NAME
 
-from fence import Decision
+from fence import BadInput, Decision
 from fence.guard import Guard
 from fence.targets.protocol import (
     BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger, TargetStorage,
@@ -51,18 +52,25 @@ ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
 """What of a workflow decides an answer here; its instants decide none."""
 
 
-def attempt_id(workflow_id: str, recovery_attempts: int, dequeued_at: int | None) -> str:
-    """One run's identity for the guard: the workflow, the dispatch count and the instant its claim wrote.
+def attempt_id(workflow_id: str, owner_xid: str) -> str:
+    """One run's identity for the guard: the workflow and the ownership token its claim wrote (``owner_xid``).
 
-    The instant too, because ``resume_workflow`` and ``rewind_workflow`` reset the
-    count to 0: a run resumed after an abandoned one would otherwise take its
-    identity and be refused for good. In a step: ``status, =
-    DBOS.list_workflows(workflow_ids=[DBOS.workflow_id], load_input=False,
-    load_output=False)`` (``get_workflow_status`` reads the same row but also
-    loads the workflow's inputs and outputs: twice the time per job), then
-    ``attempt_id(DBOS.workflow_id, status.recovery_attempts, status.dequeued_at)``.
+    DBOS writes a fresh token at every claim of a workflow (a queue's dequeue, a
+    direct start; recovery, resume and rewind re-enqueue it for one), so a
+    resumed run never takes an abandoned run's identity. One token serves a
+    whole dequeue batch: hence the workflow id with it. The running workflow
+    keeps its token in DBOS's context (``running_attempt_id``: no database
+    read per step); the recovery reads it from the row.
     """
-    return f"{workflow_id}#{recovery_attempts}@{dequeued_at}"
+    return f"{workflow_id}@{owner_xid}"
+
+
+def running_attempt_id() -> str:
+    """In a workflow or step DBOS runs: ``attempt_id`` of this run, from DBOS's context (nothing read from the database)."""
+    workflow_id = DBOS.workflow_id
+    if workflow_id is None:
+        raise BadInput("running_attempt_id() names a run of a DBOS workflow: call it in a step or workflow DBOS runs")
+    return attempt_id(workflow_id, current_owner_xid(workflow_id))
 
 
 def recover_dead_executor(
@@ -80,11 +88,12 @@ def recover_dead_executor(
     sys_db, settled = client._sys_db, []
     for pending in sys_db.get_pending_workflows(executor_id, app_version):
         workflow_id = pending.workflow_id
+        # The token first: a claim since would have moved the row off the dead executor, so a row still
+        # PENDING on it after this read holds the dead run's token.
         token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
         if status is None or (status["status"], status["executor_id"]) != ("PENDING", executor_id):
             continue  # finished, or recovered and claimed by a live executor meanwhile: not the dead run's
-        decision = guard.recover(workflow_id, attempt_id(workflow_id, status["recovery_attempts"],
-                                                      status["started_at_epoch_ms"]))
+        decision = guard.recover(workflow_id, attempt_id(workflow_id, token))
         if decision is Decision.EXISTING:
             done = sys_db.update_workflow_outcome(workflow_id, "SUCCESS", output=_value(sys_db, None), owner_xid=token)
         else:
@@ -296,4 +305,4 @@ class DbosStorage(TargetStorage):
     LEDGER, SESSION, WHAT, URL_SCHEMES = DbosLedger, Session, "a DBOS target", ("postgresql://", "postgres://")
 
 
-__all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor"]
+__all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor", "running_attempt_id"]
