@@ -23,7 +23,8 @@ from fence.model.destination import TicketService
 from fence.explore.report import report_text
 from fence.explore.walk import explore
 from fence.model.invariants import INVARIANTS, Invariant
-from fence.explore.partitioned import ContentNumbers, explore_partitioned, step_code
+from fence.explore.partition import ContentNumbers, step_code
+from fence.explore.partitioned import explore_partitioned
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig, World
 
@@ -113,7 +114,7 @@ def test_user_parts_and_budgets_run_in_one_process_and_say_why():
 
 
 FINGERPRINTS = """
-from fence.explore.partitioned import OwnedWalk, Partition, step_code
+from fence.explore.partition import OwnedWalk, Partition, step_code
 from fence.model.invariants import INVARIANTS
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig, Reserve

@@ -117,7 +117,7 @@ def cmd_bench(args) -> int:
     command = output.command_line(f"fence bench {args.what}")
     names = args.policy or list(POLICIES)
     if args.what == "explorer" and args.engines and "ray" in args.engines.split(","):
-        from fence.explore.partitioned import ray_problem
+        from fence.explore.transports import ray_problem
 
         if problem := ray_problem("local"):
             raise BadInput(problem)

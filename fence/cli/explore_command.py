@@ -82,7 +82,7 @@ def cmd_explore(args) -> int:
     if problem:
         raise BadInput(f"{problem}; fix --capacity/--jobs/--attempts/--lease")
     if args.ray:
-        from fence.explore.partitioned import ray_problem
+        from fence.explore.transports import ray_problem
 
         if problem := ray_problem(args.ray):
             raise BadInput(problem)

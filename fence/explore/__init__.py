@@ -5,7 +5,8 @@
 * ``judging``       each broken invariant's shortest path, replayed from scratch as its counterexample
 * ``report``        an exploration in words, one progress line per level, and its JSON
 * ``state_key``     what a world's future depends on, as one hashable value (and ``whole_state``, its check)
-* ``congruence``    the hand-kept key held against every field of the state
+* ``whole_state``   every field of a World read mechanically: the reference the key is tested against
+* ``congruence``    the hand-kept key held against the whole state
 * ``transitions``   the memo of job-local steps: a step into a state seen before costs a lookup
 * ``successors``    a state's successors, each judged, by clone and step or from the step memo
 * ``world_walk``    the walk over World objects (one job; a user's plug-ins)
@@ -14,7 +15,9 @@
 * ``drain_judge``   invariant 6 per state: the model's own drain, memoised by drain round
 * ``visited``       fingerprints of state keys, the parents, the frontier that spills to disk
 * ``workers``       levels shared between worker processes
-* ``partitioned``   levels partitioned by fingerprint between processes or Ray actors
+* ``partitioned``   levels partitioned by fingerprint between processes or Ray actors: the coordinator
+* ``partition``     one partition: the states it owns, expanded and judged from its own memos
+* ``transports``    how partitions run and talk: processes over pipes, or Ray actors
 
 Imports from ``fence.search``, ``fence.model`` and ``fence.base``.
 """
