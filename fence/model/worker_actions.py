@@ -131,38 +131,39 @@ class Retry(_JobStep):
         return Retry(job, relative[1])
 
 
+class _SendsAMessage(_AttemptInPhase):
+    """A worker's step that moves its phase on and puts one message on the network."""
+
+    MOVE: ClassVar[WorkerMove]
+    MESSAGE: ClassVar[MessageKind]
+    SAYS: ClassVar[str]
+    """The step's sentence, with ``{handle}`` for the attempt."""
+
+    def take(self, world: World) -> tuple[str, str, str]:
+        attempt = world.attempts[self.attempt]
+        attempt.phase = next_phase(attempt.phase, self.MOVE)
+        world.network.append(Message(self.MESSAGE, attempt.handle))
+        return self.SAYS.format(handle=attempt.handle), f"worker:{attempt.handle}", "network"
+
+
 @dataclass(frozen=True)
-class Start(_AttemptInPhase):
+class Start(_SendsAMessage):
     kind: ClassVar[str] = "start"
     PHASES = (Phase.RESERVED,)
+    MOVE = WorkerMove.START
+    MESSAGE = MessageKind.REGISTER
+    SAYS = "{handle} starts working and sends its registration to the destination"
     attempt: str
-
-    def take(self, world: World) -> tuple[str, str, str]:
-        attempt = world.attempts[self.attempt]
-        attempt.phase = next_phase(attempt.phase, WorkerMove.START)
-        world.network.append(Message(MessageKind.REGISTER, attempt.handle))
-        return (
-            f"{attempt.handle} starts working and sends its registration to the destination",
-            f"worker:{attempt.handle}",
-            "network",
-        )
 
 
 @dataclass(frozen=True)
-class SendCommit(_AttemptInPhase):
+class SendCommit(_SendsAMessage):
     kind: ClassVar[str] = "send_commit"
     PHASES = (Phase.WORKING,)
+    MOVE = WorkerMove.SEND_COMMIT
+    MESSAGE = MessageKind.COMMIT
+    SAYS = "{handle} finishes its work and sends its commit"
     attempt: str
-
-    def take(self, world: World) -> tuple[str, str, str]:
-        attempt = world.attempts[self.attempt]
-        attempt.phase = next_phase(attempt.phase, WorkerMove.SEND_COMMIT)
-        world.network.append(Message(MessageKind.COMMIT, attempt.handle))
-        return (
-            f"{attempt.handle} finishes its work and sends its commit",
-            f"worker:{attempt.handle}",
-            "network",
-        )
 
 
 @dataclass(frozen=True)
