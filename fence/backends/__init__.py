@@ -56,7 +56,7 @@ class MemoryLedger(Ledger):
     and ``claim_expired`` (atomic only because one process owns the ledger)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     def __init__(self, capacity: int, clock=time.time) -> None:
         super().__init__(capacity)

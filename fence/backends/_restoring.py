@@ -101,11 +101,21 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-class RestorableSqlLedger(Restorable, SqlLedger):
+class _TablesRestorable(Restorable):
+    """A restorable SQL part whose image is its tables' (``self._tables``, a ``TablesImage``)."""
+
+    def dump(self) -> tuple:
+        return self._tables.dump()
+
+    def load(self, image: tuple) -> None:
+        self._tables.load(image)
+
+
+class RestorableSqlLedger(_TablesRestorable, SqlLedger):
     """``SqlLedger`` whose copies are images of its tables (see the module doc)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     SHARED = ("store", "_tables")
 
@@ -113,12 +123,6 @@ class RestorableSqlLedger(Restorable, SqlLedger):
         super().__init__(store, capacity)
         self._tables = TablesImage(store, (("fence_reservations", "seq"), ("fence_keys", "key")))
         self._restoring(restorer)
-
-    def dump(self) -> tuple:
-        return self._tables.dump()
-
-    def load(self, image: tuple) -> None:
-        self._tables.load(image)
 
     def snapshot(self) -> tuple:
         """``SqlLedger.snapshot()``'s picture, with each unit freed and claim, and each key's count."""
@@ -146,11 +150,11 @@ class RestorableSqlLedger(Restorable, SqlLedger):
     claim_expired = writes(SqlLedger.claim_expired)
 
 
-class RestorableSqlDestination(Restorable, SqlDestination):
+class RestorableSqlDestination(_TablesRestorable, SqlDestination):
     """``SqlDestination`` whose copies are images of its tables (see the module doc)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     SHARED = ("store", "guards", "_tables")
 
@@ -158,12 +162,6 @@ class RestorableSqlDestination(Restorable, SqlDestination):
         super().__init__(store, guards)
         self._tables = TablesImage(store, (("fence_effects", "seq"), ("fence_attempts", "attempt_id")))
         self._restoring(restorer)
-
-    def dump(self) -> tuple:
-        return self._tables.dump()
-
-    def load(self, image: tuple) -> None:
-        self._tables.load(image)
 
     def snapshot(self) -> tuple:
         """``SqlDestination.snapshot()``'s picture, from the image."""

@@ -82,7 +82,7 @@ class SqlLedger:
     """fence.Ledger's interface on a SQL store (quota semantics; no ``slots``)."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     slots = False
 
@@ -253,7 +253,7 @@ class SqlDestination:
     """fence.Destination on a SQL store: effects with a UNIQUE fence, and an attempts witness."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     def __init__(self, store: SqlStore, guards: Guards) -> None:
         store.setting("guards", guards.describe())

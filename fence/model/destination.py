@@ -164,7 +164,7 @@ class TicketService(CopyOnWrite):
     """fence's own in-memory destination, with the guards switched by ``Guards``."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     def __init__(self, guards: Guards = NO_GUARDS) -> None:
         self.guards = guards

@@ -181,7 +181,7 @@ class Ledger(CopyOnWrite):
     """N capacity units, and every reservation ever made against them."""
 
     SNAPSHOT_IS_COMPLETE = True
-    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.world.snapshot_is_complete``)."""
+    """Its ``snapshot()`` holds everything that decides its next answers (``fence.model.drain.snapshot_is_complete``)."""
 
     def __init__(self, capacity: int, *, slots: bool = False) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
