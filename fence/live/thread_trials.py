@@ -9,6 +9,7 @@ records and facts, on the trial's one clock.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 from fence.model.destination import CommitResult
 from fence.model.ledger import ReservationState
@@ -33,6 +34,35 @@ def _one_unit(policy_name: str, lease: float, work: float, retry_work: float,
     return run, run.wait(timeout=10 * lease + 5)
 
 
+@dataclass(frozen=True)
+class _OneUnitReadings:
+    """What both one-unit trials read from their run: the events, the expiry, the first attempt and the
+    retry, the first release, and the job's effects."""
+
+    events: list
+    expiry: float | None
+    first: object
+    retry: object | None
+    release: Release | None
+    effects: int
+
+    @classmethod
+    def of(cls, run: ThreadRun) -> _OneUnitReadings:
+        events = run.recorder.events
+        return cls(list(events), next((e.t for e in events if e.kind == "expiry"), None), run.records["job1#1"],
+                   run.records.get("job1#2"), run.releases[0] if run.releases else None, run.effects("job1"))
+
+    def counts(self, own: str, value: bool) -> dict[str, int]:
+        """The counts both trials report, with the trial's own before ``retried`` (the evidence's column order)."""
+        return {
+            "effects": self.effects,
+            "duplicates": max(0, self.effects - 1),
+            "released": int(self.release is not None),
+            own: int(value),
+            "retried": int(self.retry is not None),
+        }
+
+
 class Threads:
     """The experiments on threads: a crash is the worker thread stopping, before or after its effect."""
 
@@ -45,25 +75,15 @@ class Threads:
     def crash_trial(self, policy_name: str, crash: str, lease: float, number: int) -> TrialResult:
         """One unit, one worker that crashes at ``crash``; a release queues a retry."""
         run, settled = _one_unit(policy_name, lease, 0.2 * lease, 0.2 * lease, crash)
-        events = run.recorder.events
-        expiry = next((e.t for e in events if e.kind == "expiry"), None)
-        first = run.records["job1#1"]
-        retry_record = run.records.get("job1#2")
-        release = run.releases[0] if run.releases else None
-        effects = run.effects("job1")
-        counts = {
-            "effects": effects,
-            "duplicates": max(0, effects - 1),
-            "released": int(release is not None),
-            "returned_with_effect": int(release is not None and release.effect_existed),
-            "retried": int(retry_record is not None),
-        }
+        read = _OneUnitReadings.of(run)
+        first, release, expiry, effects = read.first, read.release, read.expiry, read.effects
+        counts = read.counts("returned_with_effect", release is not None and release.effect_existed)
         times = {
             "expiry": expiry,
             "effect": first.commit_at if first.result is CommitResult.WRITTEN else None,
             "crash": first.crashed_at,
             "released": release.t if release else None,
-            "retry": retry_record.commit_at if retry_record else None,
+            "retry": read.retry.commit_at if read.retry else None,
             "deadline": first.deadline,
         }
         line = (
@@ -71,26 +91,16 @@ class Threads:
             f"effect@{when(times['effect'])} crash@{when(times['crash'])} released@{when(times['released'])} "
             f"retry@{when(times['retry'])} effects={effects} duplicates={counts['duplicates']}"
         )
-        return TrialResult(number, line, counts, times, list(events), settled, run.facts.judge())
+        return TrialResult(number, line, counts, times, read.events, settled, run.facts.judge())
 
     def delayed_trial(self, policy_name: str, lease: float, number: int) -> TrialResult:
         """One unit; the old attempt works 2.4 leases, so its lease expires mid-work."""
         run, settled = _one_unit(policy_name, lease, 2.4 * lease, 0.4 * lease)
-        events = run.recorder.events
-        expiry = next((e.t for e in events if e.kind == "expiry"), None)
-        old = run.records["job1#1"]
-        retry_record = run.records.get("job1#2")
-        release = run.releases[0] if run.releases else None
-        effects = run.effects("job1")
+        read = _OneUnitReadings.of(run)
+        old, release, expiry, effects, retry_record = read.first, read.release, read.expiry, read.effects, read.retry
         losers = [r for r in run.records.values() if r.result is not None and r.result.refused]
         wasted = sum(r.commit_at - r.work_start for r in losers) if losers else None
-        counts = {
-            "effects": effects,
-            "duplicates": max(0, effects - 1),
-            "released": int(release is not None),
-            "early_release": int(release is not None and release.owner_could_still_write),
-            "retried": int(retry_record is not None),
-        }
+        counts = read.counts("early_release", release is not None and release.owner_could_still_write)
         times = {
             "expiry": expiry,
             "released": release.t if release else None,
@@ -107,7 +117,7 @@ class Threads:
             f"early_release={'yes' if counts['early_release'] else 'no'} "
             f"loser_wasted={'none' if wasted is None else f'{wasted:.3f}s'}"
         )
-        return TrialResult(number, line, counts, times, list(events), settled, run.facts.judge())
+        return TrialResult(number, line, counts, times, read.events, settled, run.facts.judge())
 
     def contention_trial(self, lease: float, work: float, number: int) -> TrialResult:
         """Twelve workers, two slots; worker 0 crashes holding one before its effect."""
@@ -170,7 +180,6 @@ class Threads:
             f"capacity_lost={'none' if lost is None else f'{100 * lost:.0f}%'}"
         )
         return TrialResult(number, line, counts, times, list(events), settled, run.facts.judge())
-
 
 
 THREADS = Threads()

@@ -241,11 +241,7 @@ class ThreadRun:
             self.facts.started(spec.attempt_id)
         record.work_start = log(lane, "work", "starts working")
         time.sleep(spec.work)
-        if spec.crash == "before-effect":
-            self._crash(record, lane)
-            return
-        if spec.fail == "before-effect":
-            self._fail(record, lane)
+        if self._stopped_at("before-effect", record, lane):
             return
         payload = f"ticket for {spec.key}"
         with self.lock:
@@ -253,11 +249,7 @@ class ThreadRun:
             record.result = self.destination.commit(spec.attempt_id, spec.key, payload)
             self.facts.commit_answered(spec.attempt_id, record.result, self.destination.effects())
         record.commit_at = self.recorder.now()
-        if spec.crash == "after-effect":
-            self._crash(record, lane)
-            return
-        if spec.fail == "after-effect":
-            self._fail(record, lane)
+        if self._stopped_at("after-effect", record, lane):
             return
         with self.lock:
             move = CONFIRM_MOVES.get(record.result)
@@ -281,6 +273,16 @@ class ThreadRun:
             if self.ledger.held < held_before:  # slots: finished work frees its unit
                 self.tokens.append(("finished", spec.key))
                 self.lock.notify_all()
+
+    def _stopped_at(self, point: str, record: AttemptRecord, lane: str) -> bool:
+        """Does the attempt crash or fail at ``point`` (its spec says so)? Then it has, and it stops there."""
+        if record.spec.crash == point:
+            self._crash(record, lane)
+            return True
+        if record.spec.fail == point:
+            self._fail(record, lane)
+            return True
+        return False
 
     def _crash(self, record: AttemptRecord, lane: str) -> None:
         with self.lock:
