@@ -36,8 +36,9 @@ reserve, commit, confirm, crash and janitor move is written down as a fact in a
 ``INVARIANTS`` judged on those facts: no audit here asks the destination or the
 ledger what happened.
 
-``fence.agents.token_fleet`` is the same shell around a token budget instead of
-the ledger's units.
+``FleetShell`` is the part every fleet shares (the threads, the clock, the lock,
+the log, the wait for the run to settle); ``fence.agents.token_fleet`` is the
+same shell around a token budget instead of the ledger's units.
 """
 
 from __future__ import annotations
@@ -137,7 +138,97 @@ class _Attempt:
         return f"{self.job}#a{self.number}"
 
 
-class Fleet:
+class FleetShell:
+    """What every fleet is: worker threads and a janitor thread around a pure quota.
+
+    The shell owns the monotonic clock, the threads, the one lock that serialises
+    every call into the quota and the run's log of events. A fleet says what one
+    pass of its janitor does (``_janitor_pass``), what one attempt at a job is
+    (``_attempt``) and when a run is over (``_settled``); the first and the last
+    are called with the lock held.
+    """
+
+    join_for = 5.0
+    """How long a stopping thread may take to return, in seconds."""
+
+    def __init__(
+        self, *, workers: int, lease: float, tick: float, timeout: float, log: Callable[[FleetEvent], None] | None
+    ) -> None:
+        self.workers = workers
+        self.lease = lease
+        self.tick = tick
+        self.timeout = timeout
+        self._log = log
+        self._lock = threading.Lock()
+        self._log_lock = threading.Lock()
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._stop = threading.Event()
+        self._start = 0.0
+        self._events: list[FleetEvent] = []
+        self._turned_away: list[str] = []
+        """Jobs never started because the quota was spent (not a failure of the policy)."""
+
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+    def _note(self, actor: str, what: str) -> None:
+        # Its own lock: callers may or may not hold the fleet lock.
+        with self._log_lock:
+            event = FleetEvent(round(self.now(), 3), actor, what)
+            self._events.append(event)
+            if self._log is not None:
+                self._log(event)
+
+    def _run_threads(self, jobs: list[str]) -> bool:
+        """Queue the jobs and run the threads until the run settles or times out; True if it timed out."""
+        self._start = time.monotonic()
+        for job in jobs:
+            self._queue.put(job)
+        threads = [threading.Thread(target=self._janitor_loop, name="janitor", daemon=True)]
+        threads += [
+            threading.Thread(target=self._worker_loop, args=(f"worker-{i}",), name=f"worker-{i}", daemon=True)
+            for i in range(self.workers)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + self.timeout
+        timed_out = True
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._settled():
+                    timed_out = False
+                    break
+            time.sleep(self.tick)
+        self._stop.set()
+        for thread in threads:
+            thread.join(self.join_for)
+        return timed_out
+
+    def _janitor_loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                self._janitor_pass()
+            time.sleep(self.tick)
+
+    def _worker_loop(self, name: str) -> None:
+        while not self._stop.is_set():
+            try:
+                job = self._queue.get(timeout=self.tick)
+            except queue.Empty:
+                continue
+            self._attempt(name, job)
+
+    def _settled(self) -> bool:
+        raise NotImplementedError
+
+    def _janitor_pass(self) -> None:
+        raise NotImplementedError
+
+    def _attempt(self, name: str, job: str) -> None:
+        raise NotImplementedError
+
+
+class Fleet(FleetShell):
     """Worker threads running Agents, a janitor thread, one ledger and one destination."""
 
     def __init__(
@@ -155,46 +246,24 @@ class Fleet:
     ) -> None:
         if slow_for <= lease:
             raise ValueError(f"slow_for ({slow_for}s) must exceed the lease ({lease}s) for the slow fault")
+        super().__init__(workers=workers, lease=lease, tick=tick, timeout=timeout, log=log)
         self.policy = policy
         self.ledger = Ledger(capacity)
         self.destination = TicketService(policy.guards)
         self.run_facts = LiveRun(capacity, jobs=[])
         """What fence saw happen, judged by the invariants (calls under self._lock)."""
         self.janitor = Janitor(self.ledger, self.run_facts.janitor_destination(self.destination), policy)
-        self.workers = workers
-        self.lease = lease
         self.slow_for = slow_for
-        self.tick = tick
+        self.join_for = slow_for + 5  # a slow tool sleeps for slow_for before its worker can stop
         self.max_attempts = max_attempts
-        self.timeout = timeout
-        self._log = log
-        self._lock = threading.Lock()
-        self._log_lock = threading.Lock()
-        self._queue: queue.Queue[str] = queue.Queue()
-        self._stop = threading.Event()
-        self._start = 0.0
-        self._events: list[FleetEvent] = []
         self._attempt_counts: Counter[str] = Counter()
         self._running: set[str] = set()
         """Owners of attempts whose worker has not returned yet."""
         self._given_up: set[str] = set()
-        self._turned_away: list[str] = []
         self._late_refused = 0
         self._agent_runs = 0
         self.errors: list[str] = []
         """Agent runs that raised, as 'owner: error' (a healthy run leaves this empty)."""
-
-    # -- the shell's own clock and log -------------------------------------------
-    def now(self) -> float:
-        return time.monotonic() - self._start
-
-    def _note(self, actor: str, what: str) -> None:
-        # Its own lock: callers may or may not hold the fleet lock.
-        with self._log_lock:
-            event = FleetEvent(round(self.now(), 3), actor, what)
-            self._events.append(event)
-            if self._log is not None:
-                self._log(event)
 
     # -- running -------------------------------------------------------------------
     def run(self, jobs: list[str], faults: dict[str, str] | None = None) -> FleetReport:
@@ -203,26 +272,8 @@ class Fleet:
         if unknown:
             raise ValueError(f"unknown fault(s) {sorted(unknown)}: use one of {', '.join(FAULTS)}")
         self._faults = faults
-        self._start = time.monotonic()
-        for job in jobs:
-            self._queue.put(job)
-        threads = [threading.Thread(target=self._janitor_loop, name="janitor", daemon=True)]
-        threads += [
-            threading.Thread(target=self._worker_loop, args=(f"worker-{i}",), name=f"worker-{i}", daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + self.timeout
-        timed_out = True
-        while time.monotonic() < deadline:
-            if self._finished(jobs):
-                timed_out = False
-                break
-            time.sleep(self.tick)
-        self._stop.set()
-        for thread in threads:
-            thread.join(self.slow_for + 5)
+        self._jobs = list(jobs)
+        timed_out = self._run_threads(jobs)
         with self._lock:
             facts = self.run_facts
             # A job turned away for want of quota owes no effect; every other one owes exactly one.
@@ -245,29 +296,26 @@ class Fleet:
                 broken=facts.judge(),
             )
 
-    def _finished(self, jobs: list[str]) -> bool:
-        with self._lock:
-            if self._running or not self._queue.empty():
+    def _settled(self) -> bool:
+        # Called with the lock held.
+        if self._running or not self._queue.empty():
+            return False
+        for job in self._jobs:
+            if job in self._given_up or job in self._turned_away:
+                continue
+            current = self.ledger.current(job)
+            if current is None or current.state not in (
+                ReservationState.CONFIRMED,
+                ReservationState.CONFIRMED_EXISTING,
+            ):
                 return False
-            for job in jobs:
-                if job in self._given_up or job in self._turned_away:
-                    continue
-                current = self.ledger.current(job)
-                if current is None or current.state not in (
-                    ReservationState.CONFIRMED,
-                    ReservationState.CONFIRMED_EXISTING,
-                ):
-                    return False
-            return True
+        return True
 
     # -- the janitor thread --------------------------------------------------------
-    def _janitor_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                results = self.janitor.run_once(self.now())
-                for result in results:
-                    self._after_janitor_step(result)
-            time.sleep(self.tick)
+    def _janitor_pass(self) -> None:
+        # Called with the lock held.
+        for result in self.janitor.run_once(self.now()):
+            self._after_janitor_step(result)
 
     def _after_janitor_step(self, result: Settlement | Reservation) -> None:
         # Called with the lock held.
@@ -297,14 +345,6 @@ class Fleet:
             self._note("janitor", f"{job}: unit freed, job queued for retry")
 
     # -- the worker threads --------------------------------------------------------
-    def _worker_loop(self, name: str) -> None:
-        while not self._stop.is_set():
-            try:
-                job = self._queue.get(timeout=self.tick)
-            except queue.Empty:
-                continue
-            self._attempt(name, job)
-
     def _attempt(self, name: str, job: str) -> None:
         attempt = self._reserve(name, job)
         if attempt is None:

@@ -1,7 +1,8 @@
 """TokenFleet: agent workers that share a token budget, the quota counted in tokens instead of units.
 
 The shell around ``fence.agents.budget.TokenBudget``, as ``Fleet`` is around the
-ledger: real threads, the monotonic clock and one lock. A worker reserves the
+ledger: both are a ``fence.agents.fleet.FleetShell`` (real threads, the monotonic
+clock, one lock and the run's log) over a different quota. A worker reserves the
 most its call may use, runs a fresh Agent with ``limits`` that keep the call
 within the reservation (``call_limit``: strands checks token caps only between
 turns, so the limit leaves room for one more turn of ``max_turn_tokens``), and
@@ -11,8 +12,6 @@ charges an expired lease in full. ``TokenReport`` is what a run reports.
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from strands import Agent, tool
 from fence.base.errors import CapacityExhausted, IllegalMove
 from fence.agents.budget import TokenBudget, call_limit
 from fence.agents.scripted import ScriptedModel, Turn
-from fence.agents.fleet import FleetEvent
+from fence.agents.fleet import FleetEvent, FleetShell
 
 
 @dataclass
@@ -55,7 +54,7 @@ class TokenReport:
         )
 
 
-class TokenFleet:
+class TokenFleet(FleetShell):
     """Worker threads that reserve tokens, run an Agent under per-call limits and settle actual usage."""
 
     def __init__(
@@ -70,36 +69,17 @@ class TokenFleet:
         timeout: float = 20.0,
         log: Callable[[FleetEvent], None] | None = None,
     ) -> None:
+        super().__init__(workers=workers, lease=lease, tick=tick, timeout=timeout, log=log)
         self.budget = TokenBudget(budget)
-        self.workers = workers
         self.reserve = reserve
         self.max_turn_tokens = max_turn_tokens
         self.limit = call_limit(reserve, max_turn_tokens)
-        self.lease = lease
-        self.tick = tick
-        self.timeout = timeout
-        self._log = log
-        self._lock = threading.Lock()
-        self._queue: queue.Queue[str] = queue.Queue()
-        self._stop = threading.Event()
-        self._start = 0.0
-        self._events: list[FleetEvent] = []
         self._runs: dict[str, int] = {}
         self._stop_reasons: Counter[str] = Counter()
-        self._turned_away: list[str] = []
         self._high_water = 0
         self._pending = 0
+        """Jobs not yet settled, charged in full or turned away: the run is over at zero."""
         self._late_settles: list[str] = []
-
-    def now(self) -> float:
-        return time.monotonic() - self._start
-
-    def _note(self, actor: str, what: str) -> None:
-        # Called with the fleet lock held.
-        event = FleetEvent(round(self.now(), 3), actor, what)
-        self._events.append(event)
-        if self._log is not None:
-            self._log(event)
 
     def _watch(self) -> None:
         # Called with the fleet lock held, after every budget move.
@@ -115,26 +95,8 @@ class TokenFleet:
                     )
         self._scripts = scripts
         self._crash = set(crash)
-        self._start = time.monotonic()
         self._pending = len(scripts)
-        for job in scripts:
-            self._queue.put(job)
-        threads = [threading.Thread(target=self._janitor_loop, daemon=True)]
-        threads += [
-            threading.Thread(target=self._worker_loop, args=(f"worker-{i}",), daemon=True)
-            for i in range(self.workers)
-        ]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._pending == 0:
-                    break
-            time.sleep(self.tick)
-        self._stop.set()
-        for thread in threads:
-            thread.join(5)
+        self._run_threads(list(scripts))
         with self._lock:
             reservations = self.budget.reservations()
             return TokenReport(
@@ -151,23 +113,17 @@ class TokenFleet:
                 late_settles=list(self._late_settles),
             )
 
-    def _janitor_loop(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                for reservation in self.budget.expire(self.now()):
-                    self._watch()
-                    self._note("janitor", f"{reservation.reservation_id}: lease expired, "
-                               f"charged in full ({reservation.reserved} tokens)")
-                    self._pending -= 1
-            time.sleep(self.tick)
+    def _settled(self) -> bool:
+        # Called with the lock held.
+        return self._pending == 0
 
-    def _worker_loop(self, name: str) -> None:
-        while not self._stop.is_set():
-            try:
-                job = self._queue.get(timeout=self.tick)
-            except queue.Empty:
-                continue
-            self._attempt(name, job)
+    def _janitor_pass(self) -> None:
+        # Called with the lock held.
+        for reservation in self.budget.expire(self.now()):
+            self._watch()
+            self._note("janitor", f"{reservation.reservation_id}: lease expired, "
+                       f"charged in full ({reservation.reserved} tokens)")
+            self._pending -= 1
 
     def _attempt(self, name: str, job: str) -> None:
         reservation = None
