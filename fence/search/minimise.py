@@ -103,7 +103,11 @@ def minimise(
     ledger_factory: Callable[[int], Ledger] | None = None,
 ) -> Replayed:
     """The shortest variant of ``actions`` this search finds that still breaks ``invariant``."""
-    best = replay_actions(policy, config, actions, invariant, destination_factory, ledger_factory)
+
+    def replay(candidate: Sequence[Action]) -> Replayed | None:
+        return replay_actions(policy, config, candidate, invariant, destination_factory, ledger_factory)
+
+    best = replay(actions)
     if best is None:
         raise ValueError(f"the trace does not break {invariant.name} when replayed")
     replays = 1
@@ -111,7 +115,7 @@ def minimise(
     def attempt(candidate: list[Action]) -> bool:
         nonlocal best, replays
         replays += 1
-        result = replay_actions(policy, config, candidate, invariant, destination_factory, ledger_factory)
+        result = replay(candidate)
         if result is not None and len(result.actions) < len(best.actions):
             best = result
             return True
