@@ -2,7 +2,7 @@
 
 One table for the thread experiments (tests/test_experiments.py) and the process
 experiments (tests/test_processes.py): the same scenario breaks the same named
-invariants on either engine. A SIGKILL inside the open commit transaction (a
+invariants, and gives the article's same counts, on either engine. A SIGKILL inside the open commit transaction (a
 process-only crash point) rolls the commit back, so it breaks what a crash
 before the effect breaks: nothing.
 """
@@ -25,3 +25,37 @@ BROKEN = {
 
 ON_THREADS = {scenario: broken for scenario, broken in BROKEN.items() if "in-flight" not in scenario[1]}
 """Threads have no open transaction to kill inside."""
+
+
+def crash_boundary_counts(trials: int, *, in_flight: bool) -> list[tuple[str, int, int, int]]:
+    """The article's crash-boundary counts over ``trials`` trials per variant.
+
+    Rows of (label, duplicate writes, units returned while their effect exists,
+    units returned). ``in_flight``: with the process-only crash inside the open
+    commit transaction, which rolls back and so counts as a crash before the effect.
+    """
+    rows = [
+        ("POLICY=naive CRASH=after-effect", trials, trials, trials),
+        ("POLICY=naive CRASH=in-flight", 0, 0, trials),
+        ("POLICY=naive CRASH=before-effect", 0, 0, trials),
+        ("POLICY=reconcile CRASH=after-effect", 0, 0, 0),
+        ("POLICY=reconcile CRASH=in-flight", 0, 0, trials),
+        ("POLICY=reconcile CRASH=before-effect", 0, 0, trials),
+    ]
+    return [row for row in rows if in_flight or "in-flight" not in row[0]]
+
+
+def delayed_commit_counts(trials: int) -> list[tuple[str, int, int, int]]:
+    """The article's delayed-commit counts over ``trials`` trials per mode.
+
+    Rows of (mode, duplicate writes, early releases, releases): naive and
+    reconcile duplicate and release early, fenced only releases early, witness
+    and abandon do neither.
+    """
+    return [
+        ("naive", trials, trials, trials),
+        ("reconcile", trials, trials, trials),
+        ("fenced", 0, trials, trials),
+        ("witness", 0, 0, 0),
+        ("abandon", 0, 0, trials),
+    ]

@@ -16,7 +16,7 @@ import pytest
 
 from fence.cli.experiments_command import QUICK_LEASE, QUICK_SWEEP_TRIALS
 from fence.live import THREADS, experiments
-from tests.real_runs import ON_THREADS
+from tests.real_runs import ON_THREADS, crash_boundary_counts, delayed_commit_counts
 
 
 # Its module fixtures run once: every test of this file on one xdist worker (--dist loadgroup).
@@ -57,15 +57,7 @@ def _kinds(trial, kind, lane=None):
 
 
 @pytest.mark.realclock
-@pytest.mark.parametrize(
-    "label, duplicates, with_effect, returned",
-    [
-        ("POLICY=naive CRASH=after-effect", TRIALS, TRIALS, TRIALS),
-        ("POLICY=naive CRASH=before-effect", 0, 0, TRIALS),
-        ("POLICY=reconcile CRASH=after-effect", 0, 0, 0),
-        ("POLICY=reconcile CRASH=before-effect", 0, 0, TRIALS),
-    ],
-)
+@pytest.mark.parametrize("label, duplicates, with_effect, returned", crash_boundary_counts(TRIALS, in_flight=False))
 def test_crash_boundary_counts_match_the_article(crash, label, duplicates, with_effect, returned):
     """Naive writes twice and frees a unit whose effect exists after every late crash; reconcile never does."""
     variant = crash[label]
@@ -100,16 +92,7 @@ def test_crash_boundary_reconcile_settles_existing_without_retry(crash):
 
 
 @pytest.mark.realclock
-@pytest.mark.parametrize(
-    "mode, duplicates, early, released",
-    [
-        ("naive", TRIALS, TRIALS, TRIALS),
-        ("reconcile", TRIALS, TRIALS, TRIALS),
-        ("fenced", 0, TRIALS, TRIALS),
-        ("witness", 0, 0, 0),
-        ("abandon", 0, 0, TRIALS),
-    ],
-)
+@pytest.mark.parametrize("mode, duplicates, early, released", delayed_commit_counts(TRIALS))
 def test_delayed_commit_counts_match_the_article(delayed, mode, duplicates, early, released):
     """Naive/reconcile duplicate and release early, fenced only releases early, witness and abandon do neither."""
     variant = delayed[f"MODE={mode}"]

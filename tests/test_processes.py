@@ -19,7 +19,7 @@ from fence.cli.experiments_command import QUICK_PROCESS_LEASE
 from fence.live import crash_boundary, delayed_commit
 from fence.live.fleet_bench import fleet
 from fence.live.process_trials import Processes
-from tests.real_runs import BROKEN
+from tests.real_runs import BROKEN, crash_boundary_counts, delayed_commit_counts
 
 
 # Its module fixtures run once: every test of this file on one xdist worker (--dist loadgroup).
@@ -51,17 +51,7 @@ def delayed(url):
 
 
 @pytest.mark.realclock
-@pytest.mark.parametrize(
-    "label, duplicates, with_effect, returned",
-    [
-        ("POLICY=naive CRASH=after-effect", TRIALS, TRIALS, TRIALS),
-        ("POLICY=naive CRASH=in-flight", 0, 0, TRIALS),
-        ("POLICY=naive CRASH=before-effect", 0, 0, TRIALS),
-        ("POLICY=reconcile CRASH=after-effect", 0, 0, 0),
-        ("POLICY=reconcile CRASH=in-flight", 0, 0, TRIALS),
-        ("POLICY=reconcile CRASH=before-effect", 0, 0, TRIALS),
-    ],
-)
+@pytest.mark.parametrize("label, duplicates, with_effect, returned", crash_boundary_counts(TRIALS, in_flight=True))
 def test_crash_boundary_on_processes_matches_the_article(crash, label, duplicates, with_effect, returned):
     """A SIGKILL after the effect gives naive's duplicate and reconcile's confirmed_existing; one inside the open commit transaction rolls back, like a crash before the effect."""
     variant = crash[label]
@@ -86,16 +76,7 @@ def test_a_sigkill_inside_the_commit_transaction_leaves_no_effect(crash):
 
 
 @pytest.mark.realclock
-@pytest.mark.parametrize(
-    "mode, duplicates, early, released",
-    [
-        ("naive", TRIALS, TRIALS, TRIALS),
-        ("reconcile", TRIALS, TRIALS, TRIALS),
-        ("fenced", 0, TRIALS, TRIALS),
-        ("witness", 0, 0, 0),
-        ("abandon", 0, 0, TRIALS),
-    ],
-)
+@pytest.mark.parametrize("mode, duplicates, early, released", delayed_commit_counts(TRIALS))
 def test_delayed_commit_on_processes_matches_the_article(delayed, mode, duplicates, early, released):
     """A slow (not dead) old process commits after the janitor released: naive/reconcile duplicate, fenced only releases early, witness and abandon do neither."""
     variant = delayed[f"MODE={mode}"]
