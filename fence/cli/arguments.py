@@ -29,11 +29,15 @@ def whole(text: str, most: int = MOST) -> int:
     return value
 
 
-def seconds(text: str) -> float:
+def _number_of(unit: str, text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number of {unit}, got {text!r}") from None
+
+
+def seconds(text: str) -> float:
+    value = _number_of("seconds", text)
     if math.isinf(value):
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text}")
     return value
@@ -93,10 +97,7 @@ def zero_or_more(text: str) -> int:
 
 
 def positive_milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of milliseconds, got {text!r}") from None
+    value = _number_of("milliseconds", text)
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 milliseconds, got {text}")
     return value
@@ -137,3 +138,24 @@ class _LeaseInTicks(argparse.Action):
 def seconds_not_ticks(parser) -> None:
     """``--lease`` means ticks everywhere; where the lease is real seconds, say so instead of guessing."""
     parser.add_argument("--lease", action=_LeaseInTicks, help=argparse.SUPPRESS)
+
+
+_SERVERS = (
+    ("postgres", "PostgreSQL", "FENCE_POSTGRES_URL", "a private cluster", "postgres.sh"),
+    ("redis", "Redis", "FENCE_REDIS_URL", "a private server", "redis.sh"),
+)
+
+
+def server_options(parser, *, prefix: str = "", uses: dict[str, str] | None = None,
+                   afterwards: dict[str, str] | None = None) -> None:
+    """``--postgres URL`` and ``--redis URL``, each defaulting to its environment variable, else to a
+    private server the project's script starts and stops (``fence.live.databases.backend_url``).
+
+    ``uses`` says what each server is for (default: "to run on"), ``afterwards`` what the run does to it.
+    """
+    for option, server, variable, private, script in _SERVERS:
+        use = (uses or {}).get(option, "to run on")
+        after = (afterwards or {}).get(option, "")
+        parser.add_argument(f"--{option}", metavar="URL",
+                            help=f"{prefix}{server} {use} (default: ${variable}, else {private} "
+                            f"started and stopped with the project's scripts/{script}){after}")

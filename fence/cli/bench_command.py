@@ -81,12 +81,11 @@ def bench_arguments(bench) -> None:
     guard.add_argument("--work-ms", type=arguments.positive_milliseconds, metavar="MS",
                        help="guard: each task first works MS milliseconds (a sleep), in both modes; the record goes to "
                        "guard-cost-work-<MS>ms.txt (default: no work, guard-cost.txt: the cheapest task)")
-    guard.add_argument("--postgres", metavar="URL",
-                       help="guard: PostgreSQL for the PostgreSQL queues and every effect (default: $FENCE_POSTGRES_URL, "
-                       "else a private cluster started and stopped with scripts/postgres.sh); its bench tables are emptied")
-    guard.add_argument("--redis", metavar="URL",
-                       help="guard: Redis for the Redis queues (default: $FENCE_REDIS_URL, else a private server started "
-                       "and stopped with scripts/redis.sh); its database is emptied (FLUSHDB)")
+    arguments.server_options(
+        guard, prefix="guard: ",
+        uses={"postgres": "for the PostgreSQL queues and every effect", "redis": "for the Redis queues"},
+        afterwards={"postgres": "; its bench tables are emptied", "redis": "; its database is emptied (FLUSHDB)"},
+    )
     bench.set_defaults(handler=cmd_bench)
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from fence.base import evidence
 
 from fence.base import output
+from fence.cli import arguments
 from fence.cli.arguments import seconds
 from fence.base.errors import BadInput
 from fence.live import EXPERIMENTS, THREADS, replay_real
@@ -84,11 +85,9 @@ def experiments_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def replay_arguments(parser: argparse.ArgumentParser) -> None:
-    from fence.cli.targets_command import server_options
-
     parser.add_argument("file", help="a counterexample .json written by 'fence verdicts', 'check' or 'targets'")
     parser.add_argument("--tick", type=_tick, help="fence's model on threads: real seconds per model tick (default 0.05)")
-    server_options(parser.add_argument_group(
+    arguments.server_options(parser.add_argument_group(
         "a target's counterexample", "replayed on its real system: the server it was found on, given here or started"))
 
 
@@ -108,6 +107,30 @@ def _progress(stream):
         stream.flush()
 
     return show
+
+
+def _clear_progress() -> None:
+    """Wipe the progress line ``_progress`` drew, before the results are printed."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[K")
+
+
+def _experiment_lines(name: str, heading: str, variants, differences: list[str]) -> list[str]:
+    """What one experiment prints and saves: ``heading``, every trial's line and every variant's summary.
+
+    Adds to ``differences`` each variant's differences from the article and
+    every trial that did not settle in time.
+    """
+    _clear_progress()
+    lines = [heading]
+    for variant in variants:
+        lines.extend(t.line for t in variant.trials)
+        lines.append(variant.summary)
+        differences.extend(variant.differences)
+        differences.extend(
+            f"{name} {variant.label} trial {t.number}: did not settle in time" for t in variant.trials if not t.settled
+        )
+    return lines
 
 
 def cmd_experiments(args) -> int:
@@ -131,16 +154,7 @@ def cmd_experiments(args) -> int:
             variants = run(THREADS, min(trials, QUICK_SWEEP_TRIALS), lease, progress)
         else:
             variants = run(THREADS, trials, lease, progress)
-        if sys.stderr.isatty():
-            sys.stderr.write("\r\x1b[K")
-        lines = [f"== {name} (base lease {lease:g}s) =="]
-        for variant in variants:
-            lines.extend(t.line for t in variant.trials)
-            lines.append(variant.summary)
-            differences.extend(variant.differences)
-            for trial in variant.trials:
-                if not trial.settled:
-                    differences.append(f"{name} {variant.label} trial {trial.number}: did not settle in time")
+        lines = _experiment_lines(name, f"== {name} (base lease {lease:g}s) ==", variants, differences)
         print("\n".join(lines), flush=True)
         text = "\n".join(_header(command) + lines) + "\n"
         _write_atomically(out / f"{name}{suffix}.txt", text)
@@ -245,16 +259,8 @@ def cmd_process_experiments(args) -> int:
         backend_line = _backend_line(url)
         for name in names:
             variants = EXPERIMENTS[name](Processes(url), trials, lease, progress)
-            if sys.stderr.isatty():
-                sys.stderr.write("\r\x1b[K")
-            block = [f"== {name} on processes, {kind} (base lease {lease:g}s) =="]
-            for variant in variants:
-                block.extend(t.line for t in variant.trials)
-                block.append(variant.summary)
-                differences.extend(variant.differences)
-                differences.extend(
-                    f"{name} {variant.label} trial {t.number}: did not settle in time" for t in variant.trials if not t.settled
-                )
+            heading = f"== {name} on processes, {kind} (base lease {lease:g}s) =="
+            block = _experiment_lines(name, heading, variants, differences)
             print("\n".join(block), flush=True)
             lines.extend(block)
     path = out / f"processes-{kind}{'.quick' if args.quick else ''}.txt"
@@ -301,8 +307,7 @@ def cmd_fleet(args) -> int:
                 kill_every=args.kill_every or None, restart=restart, janitors=args.janitors,
                 seed=args.seed, time_limit=args.time_limit, progress=progress,
             )
-            if sys.stderr.isatty():
-                sys.stderr.write("\r\x1b[K")
+            _clear_progress()
             print("\n".join(result.lines()), flush=True)
             results.append(result)
     failures = []

@@ -46,7 +46,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from fence.cli.arguments import positive_seconds
+from fence.cli.arguments import positive_seconds, server_options
 from fence.base.errors import BadInput
 from fence.base.output import add_options, command_line, directory, in_evidence, precheck
 from fence.base.evidence import header, write_atomically
@@ -83,16 +83,6 @@ def arguments(parser) -> None:
     # Beside --out, as on fence explore: the counterexamples go to DIR, the report to FILE.
     parser.add_argument("--report", metavar="FILE", help="also write the report to FILE (counterexamples to --out "
                         "DIR, else to a fresh temporary directory)")
-
-
-def server_options(parser) -> None:
-    """``--postgres URL`` and ``--redis URL``: ``fence targets`` and a target's ``fence replay``."""
-    parser.add_argument("--postgres", metavar="URL",
-                        help="PostgreSQL to run on (default: $FENCE_POSTGRES_URL, else a private cluster "
-                        "started and stopped with the project's scripts/postgres.sh)")
-    parser.add_argument("--redis", metavar="URL",
-                        help="Redis to run on (default: $FENCE_REDIS_URL, else a private server "
-                        "started and stopped with the project's scripts/redis.sh)")
 
 
 def chosen_targets(args) -> list:
