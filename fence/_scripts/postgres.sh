@@ -15,11 +15,12 @@
 # it is installed with apt-get.
 set -euo pipefail
 
-BASE="${TMPDIR:-/tmp}"
-LAST="$BASE/fence-postgres.last"
+SERVER=postgres.sh
+WHAT=cluster
+URL_VARIABLE=FENCE_POSTGRES_URL
+# shellcheck source=throwaway.sh
+. "$(dirname "${BASH_SOURCE[0]}")/throwaway.sh"
 RUN_AS=fencepg
-
-die() { echo "postgres.sh: $*" >&2; exit 2; }
 
 find_bin() {
     local found
@@ -34,22 +35,12 @@ ensure_bin() {
     local bin
     if bin="$(find_bin)"; then echo "$bin"; return; fi
     [ "$(id -u)" = 0 ] || die "PostgreSQL is not installed; install it (apt-get install postgresql) or run as root"
-    echo "postgres.sh: installing PostgreSQL with apt-get" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+    apt_install postgresql
     find_bin || die "apt-get installed postgresql but no initdb was found under /usr/lib/postgresql"
 }
 
 as_owner() {
     if [ "$(id -u)" = 0 ]; then runuser -u "$RUN_AS" -- "$@"; else "$@"; fi
-}
-
-port_of() {
-    local url="${1:-${FENCE_POSTGRES_URL:-}}"
-    [ -n "$url" ] || die "no URL given and FENCE_POSTGRES_URL is not set"
-    local port="${url##*:}"; port="${port%%/*}"
-    [[ "$port" =~ ^[0-9]+$ ]] || die "cannot read a port in $url; pass the URL 'start' printed"
-    echo "$port"
 }
 
 start() {
@@ -58,8 +49,8 @@ start() {
     if [ "$(id -u)" = 0 ] && ! id "$RUN_AS" >/dev/null 2>&1; then
         useradd --system --no-create-home --shell /usr/sbin/nologin "$RUN_AS"
     fi
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    dir="$BASE/fence-postgres-$port"
+    port="$(free_port)"
+    dir="$(server_dir "$port")"
     mkdir -p "$dir"
     [ "$(id -u)" = 0 ] && chown "$RUN_AS" "$dir"
     chmod 700 "$dir"
@@ -77,14 +68,13 @@ start() {
         rm -rf "$dir"
         die "createdb failed"
     fi
-    echo "postgresql://fence@127.0.0.1:$port/fence" | tee "$LAST"
+    started "postgresql://fence@127.0.0.1:$port/fence"
 }
 
 stop() {
     local bin port dir
-    port="$(port_of "${1:-}")"
-    dir="$BASE/fence-postgres-$port"
-    [ -d "$dir" ] || die "no cluster of this script at port $port ($dir is missing)"
+    locate "${1:-}"
+    must_have "$dir"
     bin="$(find_bin)" || die "PostgreSQL is not installed"
     as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1 || true
     rm -rf "$dir"
@@ -92,8 +82,7 @@ stop() {
 
 status() {
     local bin port dir
-    port="$(port_of "${1:-}")"
-    dir="$BASE/fence-postgres-$port"
+    locate "${1:-}"
     bin="$(find_bin)" || exit 3
     [ -d "$dir/data" ] && as_owner "$bin/pg_ctl" -D "$dir/data" status >/dev/null 2>&1 || exit 3
     echo "running: postgresql://fence@127.0.0.1:$port/fence ($dir)"
@@ -101,9 +90,8 @@ status() {
 
 restart() {
     local bin port dir
-    port="$(port_of "${1:-}")"
-    dir="$BASE/fence-postgres-$port"
-    [ -d "$dir/data" ] || die "no cluster of this script at port $port ($dir is missing)"
+    locate "${1:-}"
+    must_have "$dir/data"
     bin="$(find_bin)" || die "PostgreSQL is not installed"
     # pg_ctl restart keeps the options the server was started with (postmaster.opts).
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -m fast -w -t 60 restart >/dev/null \
@@ -115,6 +103,6 @@ case "${1:-}" in
     stop) stop "${2:-}" ;;
     status) status "${2:-}" ;;
     restart) restart "${2:-}" ;;
-    url) [ -s "$LAST" ] || die "no cluster started yet: scripts/postgres.sh start"; cat "$LAST" ;;
+    url) last_url ;;
     *) die "usage: scripts/postgres.sh start|stop [URL]|status [URL]|restart [URL]|url" ;;
 esac

@@ -14,28 +14,19 @@
 # starts and stops both alike.
 set -euo pipefail
 
-BASE="${TMPDIR:-/tmp}"
-LAST="$BASE/fence-redis.last"
-
-die() { echo "redis.sh: $*" >&2; exit 2; }
+SERVER=redis.sh
+WHAT=server
+URL_VARIABLE=FENCE_REDIS_URL
+# shellcheck source=throwaway.sh
+. "$(dirname "${BASH_SOURCE[0]}")/throwaway.sh"
 
 ensure_bin() {
     local found
     if found="$(command -v redis-server 2>/dev/null)"; then echo "$found"; return; fi
     [ "$(id -u)" = 0 ] || die "redis-server is not installed; install it (apt-get install redis-server) or run as root"
-    echo "redis.sh: installing redis-server with apt-get" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
     # --no-install-recommends: no service of the distribution's own is wanted, only the binary.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >&2
+    apt_install redis-server --no-install-recommends
     command -v redis-server 2>/dev/null || die "apt-get installed redis-server but no redis-server is on PATH"
-}
-
-port_of() {
-    local url="${1:-${FENCE_REDIS_URL:-}}"
-    [ -n "$url" ] || die "no URL given and FENCE_REDIS_URL is not set"
-    local port="${url##*:}"; port="${port%%/*}"
-    [[ "$port" =~ ^[0-9]+$ ]] || die "cannot read a port in $url; pass the URL 'start' printed"
-    echo "$port"
 }
 
 # PING over a plain socket: redis-cli is not needed, and nothing leaves 127.0.0.1.
@@ -55,8 +46,8 @@ alive() {  # the server whose pid file is in $1 still runs
 start() {
     local bin port dir
     bin="$(ensure_bin)"
-    port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-    dir="$BASE/fence-redis-$port"
+    port="$(free_port)"
+    dir="$(server_dir "$port")"
     mkdir -p "$dir"
     chmod 700 "$dir"
     # save "" and appendonly no: nothing is ever written to disk, a stop loses everything.
@@ -77,14 +68,13 @@ start() {
         rm -rf "$dir"
         die "redis-server on port $port did not answer PING within 10 s (log above)"
     fi
-    echo "redis://127.0.0.1:$port/0" | tee "$LAST"
+    started "redis://127.0.0.1:$port/0"
 }
 
 stop() {
     local port dir pid
-    port="$(port_of "${1:-}")"
-    dir="$BASE/fence-redis-$port"
-    [ -d "$dir" ] || die "no server of this script at port $port ($dir is missing)"
+    locate "${1:-}"
+    must_have "$dir"
     if alive "$dir"; then
         pid="$(cat "$dir/redis.pid")"
         kill "$pid" 2>/dev/null || true
@@ -99,8 +89,7 @@ stop() {
 
 status() {
     local port dir
-    port="$(port_of "${1:-}")"
-    dir="$BASE/fence-redis-$port"
+    locate "${1:-}"
     alive "$dir" && answers "$port" || exit 3
     echo "running: redis://127.0.0.1:$port/0 ($dir)"
 }
@@ -109,6 +98,6 @@ case "${1:-}" in
     start) start ;;
     stop) stop "${2:-}" ;;
     status) status "${2:-}" ;;
-    url) [ -s "$LAST" ] || die "no server started yet: scripts/redis.sh start"; cat "$LAST" ;;
+    url) last_url ;;
     *) die "usage: scripts/redis.sh start|stop [URL]|status [URL]|url" ;;
 esac
