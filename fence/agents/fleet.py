@@ -48,7 +48,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 from strands import Agent, tool
 
@@ -62,6 +62,7 @@ from fence.model.worker import ALIVE_PHASES, CONFIRM_MOVES
 from fence.agents.scripted import ScriptedModel, Turn
 
 FAULTS = ("none", "crash", "slow")
+R = TypeVar("R")
 _MAY_RETURN = (ReservationState.RESERVED, ReservationState.OUTCOME_UNKNOWN)
 
 
@@ -218,6 +219,33 @@ class FleetShell:
                 continue
             self._attempt(name, job)
 
+    def _wait_for_quota(self, name: str, job: str, take: Callable[[], R]) -> R | None:
+        """``take()`` under the lock, again every tick while it raises ``CapacityExhausted``.
+
+        None when the run stops first, or when the quota is spent for good
+        (``_spent_for_good``): the job is then turned away.
+        """
+        while not self._stop.is_set():
+            with self._lock:
+                try:
+                    return take()
+                except CapacityExhausted:
+                    spent = self._spent_for_good()
+                    if spent is not None:
+                        self._turn_away(name, job, spent)
+                        return None
+            time.sleep(self.tick)
+        return None
+
+    def _turn_away(self, name: str, job: str, spent: str) -> None:
+        # Called with the lock held.
+        self._turned_away.append(job)
+        self._note(name, f"{job} turned away: {spent}")
+
+    def _spent_for_good(self) -> str | None:
+        """With the lock held and the quota full: how it is spent, if none of it can come back; else None."""
+        raise NotImplementedError
+
     def _settled(self) -> bool:
         raise NotImplementedError
 
@@ -363,35 +391,28 @@ class Fleet(FleetShell):
                     # nothing more, which is a crash as far as anyone outside can tell.
                     self.run_facts.crashed(attempt.handle)
 
+    def _spent_for_good(self) -> str | None:
+        if any(r.state in _MAY_RETURN for r in self.ledger.reservations()):
+            return None
+        return f"all {self.ledger.capacity} units are spent"
+
     def _reserve(self, name: str, job: str) -> _Attempt | None:
-        while not self._stop.is_set():
-            with self._lock:
-                number = self._attempt_counts[job] + 1
-                owner = job if self.policy.shared_identity else f"{job}#a{number}"
-                try:
-                    reservation = self.ledger.reserve(job, owner, self.now(), self.lease)
-                except CapacityExhausted:
-                    reservation = None
-                    if not any(r.state in _MAY_RETURN for r in self.ledger.reservations()):
-                        # Every unit is spent and none can come back: the quota is used up.
-                        self._turned_away.append(job)
-                        self._note(name, f"{job} turned away: all {self.ledger.capacity} units are spent")
-                        return None
-                if reservation is not None:
-                    self._attempt_counts[job] = number
-                    self._running.add(owner)
-                    fault = self._faults.get(job, "none") if number == 1 else "none"
-                    attempt = _Attempt(job, number, owner, fault)
-                    self.run_facts.reserved(
-                        attempt.handle, job, reservation.reservation_id, reservation.deadline, identity=owner
-                    )
-                    self.destination.register(owner, job)
-                    self.run_facts.started(attempt.handle)
-                    self._note(name, f"{reservation.reservation_id} reserved by {owner}"
-                               + (f" (fault: {fault})" if fault != "none" else ""))
-                    return attempt
-            time.sleep(self.tick)
-        return None
+        def take() -> _Attempt:
+            number = self._attempt_counts[job] + 1
+            owner = job if self.policy.shared_identity else f"{job}#a{number}"
+            reservation = self.ledger.reserve(job, owner, self.now(), self.lease)
+            self._attempt_counts[job] = number
+            self._running.add(owner)
+            fault = self._faults.get(job, "none") if number == 1 else "none"
+            attempt = _Attempt(job, number, owner, fault)
+            self.run_facts.reserved(attempt.handle, job, reservation.reservation_id, reservation.deadline, identity=owner)
+            self.destination.register(owner, job)
+            self.run_facts.started(attempt.handle)
+            self._note(name, f"{reservation.reservation_id} reserved by {owner}"
+                       + (f" (fault: {fault})" if fault != "none" else ""))
+            return attempt
+
+        return self._wait_for_quota(name, job, take)
 
     def _run_agent(self, name: str, attempt: _Attempt) -> None:
         fleet = self

@@ -12,15 +12,14 @@ charges an expired lease in full. ``TokenReport`` is what a run reports.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
 
 from strands import Agent, tool
 
-from fence.base.errors import CapacityExhausted, IllegalMove
-from fence.agents.budget import TokenBudget, call_limit
+from fence.base.errors import IllegalMove
+from fence.agents.budget import TokenBudget, TokenReservation, call_limit
 from fence.agents.scripted import ScriptedModel, Turn
 from fence.agents.fleet import FleetEvent, FleetShell
 
@@ -125,24 +124,22 @@ class TokenFleet(FleetShell):
                        f"charged in full ({reservation.reserved} tokens)")
             self._pending -= 1
 
+    def _spent_for_good(self) -> str | None:
+        # Nothing in flight will ever return tokens: the budget is spent.
+        return f"{self.budget.free} tokens left" if self.budget.held == 0 else None
+
+    def _turn_away(self, name: str, job: str, spent: str) -> None:
+        super()._turn_away(name, job, spent)
+        self._pending -= 1
+
     def _attempt(self, name: str, job: str) -> None:
-        reservation = None
-        while reservation is None and not self._stop.is_set():
-            with self._lock:
-                try:
-                    reservation = self.budget.reserve(job, f"{job}#a1", self.reserve, self.now(), self.lease)
-                    self._watch()
-                    self._note(name, f"{reservation.reservation_id} reserved {self.reserve} tokens "
-                               f"(free {self.budget.free})")
-                except CapacityExhausted:
-                    if self.budget.held == 0:
-                        # Nothing in flight will ever return tokens: the budget is spent.
-                        self._turned_away.append(job)
-                        self._pending -= 1
-                        self._note(name, f"{job} turned away: {self.budget.free} tokens left")
-                        return
-            if reservation is None:
-                time.sleep(self.tick)
+        def take() -> TokenReservation:
+            reservation = self.budget.reserve(job, f"{job}#a1", self.reserve, self.now(), self.lease)
+            self._watch()
+            self._note(name, f"{reservation.reservation_id} reserved {self.reserve} tokens (free {self.budget.free})")
+            return reservation
+
+        reservation = self._wait_for_quota(name, job, take)
         if reservation is None:
             return
         model = ScriptedModel(self._scripts[job])
