@@ -27,6 +27,25 @@ alone (start to finish: where the guard's statements show). The counts are
 checked too: every job ran exactly once, and the destination holds one effect
 per key.
 
+A stall is a worker process idle 0.5 s or more between two of its tasks
+while jobs wait: each round counts its stalls, and the report names the
+rounds that had any, in both modes alike (none is dropped from the medians).
+pgqueuer's rounds were bimodal for that reason (unguarded about 350 or
+1,100-1,300 jobs/s, guarded about 300 or 700-1,050, on an idle machine):
+pgqueuer 1.6's psycopg driver waits for NOTIFYs in ``notifies(timeout=1.0,
+stop_after=1)``, which holds the connection's lock while it waits, so the
+QueueManager's dequeue and ``log_jobs`` on that connection wait for the next
+NOTIFY. Of the drain's statements only ``log_jobs`` notifies (its DELETE;
+pgqueuer's trigger skips a statement-level UPDATE, the dequeue), and every
+job is enqueued before the workers start, so no enqueue notifies either:
+when every worker's watcher waits with no statement in flight, all of them
+stall until the 1 s timeout. One stall in a drain of 500 jobs (about 0.4 s)
+is the slow mode; a shorter ``dequeue_timeout`` cannot help, since the wait
+is the driver's. The worker now runs the manager on asyncpg when it imports,
+as pgqueuer's own ``pgq run`` chooses (asyncpg's driver listens by callback
+and holds no lock while waiting), else on psycopg, and the record says which
+(``FENCE_BENCH_PGQUEUER_DRIVER`` forces one).
+
 Runners are a table (``RUNNERS``, in ``fence.bench.guard_queues``): a queue is
 a row with how to enqueue (in the bench's process) and how to work (in a
 worker process, started as ``python -m fence.bench.guard_queues worker ...``).
@@ -52,6 +71,8 @@ from fence.base.errors import BadInput
 from fence.bench.guard_queues import GUARD_NAMESPACE, PLAIN_TABLE, RUNNERS, QueueRunner
 
 MODES = ("unguarded", "guarded")
+STALL_SECONDS = 0.5
+"""A worker process idle this long between two of its tasks has stalled (pgqueuer on psycopg: 1 s at a time)."""
 RUN_TIME_LIMIT = 900.0
 """Seconds one run may take before its workers are stopped and the bench fails: a stuck worker, not a slow one."""
 
@@ -72,6 +93,8 @@ class Run:
     """Enqueue to finish, per job, seconds."""
     task_times: tuple[float, ...]
     """Task start to finish, per job, seconds."""
+    stalls: int = 0
+    """How many times a worker process sat idle ``STALL_SECONDS`` or more between two of its tasks."""
 
     @property
     def jobs_per_second(self) -> float:
@@ -172,7 +195,8 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
         index, status = failed[0]
         tail = logs[index].read_text().strip().splitlines()[-15:]
         raise RuntimeError(f"{runner.name} {mode}: worker process {index} exited with {status}:\n" + "\n".join(tail))
-    rows = [line.split() for path in records if path.exists() for line in path.read_text().splitlines()]
+    per_process = [[line.split() for line in path.read_text().splitlines()] for path in records if path.exists()]
+    rows = [row for process_rows in per_process for row in process_rows]
     enqueued = [float(row[1]) for row in rows]
     started = [float(row[2]) for row in rows]
     ended = [float(row[3]) for row in rows]
@@ -181,7 +205,18 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
         (max(ended) - min(started)) if rows else 0.0,
         tuple(end - enqueue for enqueue, end in zip(enqueued, ended)),
         tuple(end - start for start, end in zip(started, ended)),
+        sum(_stalls([(float(row[2]), float(row[3])) for row in process_rows]) for process_rows in per_process),
     )
+
+
+def _stalls(tasks: list[tuple[float, float]]) -> int:
+    """How many of one process's tasks started ``STALL_SECONDS`` or more after every earlier one had finished."""
+    count, finished = 0, None
+    for start, end in sorted(tasks):
+        if finished is not None and start - finished >= STALL_SECONDS:
+            count += 1
+        finished = end if finished is None else max(finished, end)
+    return count
 
 
 def _line_count(path: Path) -> int:
@@ -252,7 +287,8 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
                     run = run_once(runner, mode, workers, jobs, urls, Path(scratch), work_ms / 1000)
                     results.setdefault((runner.name, mode), []).append(run)
                     print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s, "
-                          f"{'counts right' if run.counts_right else 'COUNTS WRONG'}", file=sys.stderr, flush=True)
+                          f"{'counts right' if run.counts_right else 'COUNTS WRONG'}, {run.stalls} stall(s)",
+                          file=sys.stderr, flush=True)
     wall = time.perf_counter() - started
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
     lines = [
@@ -307,6 +343,7 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
                 f"{1000 * statistics.median(_percentile(r.task_times, 0.99) for r in runs):>12.2f} "
                 f"{(f'{ratio:.2f}' if ratio is not None else ''):>18}  "
                 f"{right}/{len(runs)} rounds: every job once, one effect per key"
+                + (f"; {stalled} round(s) stalled" if (stalled := sum(run.stalls > 0 for run in runs)) else "")
             )
     lines += [
         "",
