@@ -16,7 +16,7 @@ from dataclasses import replace
 import pytest
 
 from fence.bench import guard_cost
-from fence.bench.guard_cost import Run, _stalls, chosen, run_once
+from fence.bench.guard_cost import Run, _all_busy, _stalls, chosen, run_once
 from fence.bench.guard_queues import PGQUEUER_DRIVER, RUNNERS
 from fence.cli.main import main
 
@@ -84,6 +84,23 @@ def test_a_stall_is_a_process_idle_half_a_second_between_its_tasks():
     assert _stalls([(0.0, 0.1), (0.6, 0.7), (0.7, 0.8), (1.8, 1.9)]) == 2
     assert _stalls([(0.0, 1.0), (0.2, 0.3), (0.9, 1.1), (1.5, 1.6)]) == 0
     assert _stalls([(1.5, 1.6), (0.0, 0.1)]) == 1
+
+
+def test_the_rate_counts_only_the_jobs_finished_while_every_process_works():
+    """The window opens at the last process's first start and closes at the first process's last finish: a process
+    that starts late or runs on alone at the end does not set the rate; one process: its whole drain."""
+    early = [(0.0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.4), (0.4, 0.5)]
+    late = [(0.2, 0.25), (0.25, 0.35), (0.35, 0.6), (0.6, 0.9)]
+    jobs, seconds = _all_busy([early, late])
+    assert jobs == 5  # finished at 0.25, 0.3, 0.35, 0.4, 0.5: in (0.2, 0.5]; the one at 0.2 is before it
+    assert seconds == pytest.approx(0.3)
+    assert _all_busy([early]) == (5, pytest.approx(0.5))
+    assert _all_busy([[(0.0, 0.1)], [(0.2, 0.3)]]) == (0, 0.0)  # never both at work: the drain's rate is reported
+    assert _all_busy([[], []]) == (0, 0.0)
+    once = Counter({key: 1 for key in KEYS})
+    never_together = Run("arq", "guarded", JOBS, once, once, 2.0, (0.1,) * JOBS, (0.01,) * JOBS)
+    assert never_together.jobs_per_second == never_together.drain_jobs_per_second == JOBS / 2.0
+    assert replace(never_together, all_busy=(4, 0.5)).jobs_per_second == 8.0
 
 
 def test_counts_are_wrong_when_a_job_ran_twice_or_an_effect_is_missing():
