@@ -225,6 +225,8 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
 def _all_busy(tasks_per_process: list[list[tuple[float, float]]]) -> tuple[int, float]:
     """Jobs finished from the last process's first start to the first process's last finish, and that time.
 
+    Processes that ran no job are left out (they started after the queue drained).
+
     Outside it fewer than N processes work: the first one up starts alone (a
     library's worker takes 0.1-0.4 s to start, against a drain of 0.3 s at
     1,500 jobs/s), and at the end one may still run what it prefetched.
@@ -316,7 +318,9 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
                 for mode in MODES:
                     run = run_once(runner, mode, workers, jobs, urls, Path(scratch), work_ms / 1000)
                     results.setdefault((runner.name, mode), []).append(run)
-                    print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s, "
+                    print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s "
+                          f"({run.all_busy[0]} jobs in {run.all_busy[1]:.2f} s with every process at work; drain "
+                          f"{run.drain_jobs_per_second:.0f} jobs/s), "
                           f"{'counts right' if run.counts_right else 'COUNTS WRONG'}, {run.stalls} stall(s)",
                           file=sys.stderr, flush=True)
     wall = time.perf_counter() - started
