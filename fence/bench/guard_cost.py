@@ -22,9 +22,10 @@ Every finished task appends one line to its process's record file: key,
 enqueue time (carried in the job's arguments), start and finish (wall clock,
 shared by the processes). From them: jobs/s while all N processes work
 (from the last process's first task start to the first process's last
-finish: a library's worker takes 0.1-0.4 s to start, which against a drain
-of 0.3 s made the whole drain's rate mostly a measure of the start race; the
-whole drain's rate is reported beside it), p50/p99 of enqueue-to-finish (mostly the wait behind the
+finish: the processes start their libraries' workers at different moments,
+and a drain of 500 jobs at 1,500 jobs/s lasts a third of a second, so the
+whole drain's rate was much of it a measure of that start race; it is
+reported beside), p50/p99 of enqueue-to-finish (mostly the wait behind the
 backlog: every job is enqueued before the workers start) and of the task
 alone (start to finish: where the guard's statements show). The counts are
 checked too: every job ran exactly once, and the destination holds one effect
@@ -227,9 +228,8 @@ def _all_busy(tasks_per_process: list[list[tuple[float, float]]]) -> tuple[int, 
 
     Processes that ran no job are left out (they started after the queue drained).
 
-    Outside it fewer than N processes work: the first one up starts alone (a
-    library's worker takes 0.1-0.4 s to start, against a drain of 0.3 s at
-    1,500 jobs/s), and at the end one may still run what it prefetched.
+    Outside it fewer than N processes work: the first one up starts alone,
+    and at the end one may still run what it prefetched.
     """
     busy = [tasks for tasks in tasks_per_process if tasks]
     if not busy:
