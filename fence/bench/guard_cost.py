@@ -352,8 +352,9 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         "#   the workers' start-up and the wait behind the backlog, not the guard",
         "# task p50/p99 ms: the task's own start to finish, the effect included: the guard's price per job",
         "# worker processes: " + "; ".join(f"{runner.name}: {runner.worker}" for runner in runners),
-        *(["# pgqueuer's manager ran on psycopg's driver (asyncpg is not installed), whose NOTIFY watcher can stall a",
-            "#   drain 1 s at a time: see the stalled rounds, and fence.bench.guard_cost"]
+        *(["# pgqueuer's manager ran on psycopg's driver (asyncpg is not installed, or FENCE_BENCH_PGQUEUER_DRIVER",
+            "#   chose it), whose NOTIFY watcher can stall a drain 1 s at a time: see the stalled rounds, and",
+            "#   fence.bench.guard_cost"]
           if "pgqueuer" in {runner.name for runner in runners} and not on_asyncpg else []),
         *(f"# not run: {line}" for line in missing),
         f"# wall time {wall:.0f}s",
