@@ -9,14 +9,15 @@ finished exactly once and the destination holds exactly one effect per key
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 from dataclasses import replace
 
 import pytest
 
 from fence.bench import guard_cost
-from fence.bench.guard_cost import Run, chosen, run_once
-from fence.bench.guard_queues import RUNNERS
+from fence.bench.guard_cost import Run, _all_busy, _stalls, chosen, run_once
+from fence.bench.guard_queues import PGQUEUER_DRIVER, RUNNERS
 from fence.cli.main import main
 
 JOBS = 10
@@ -60,6 +61,46 @@ def test_with_work_each_task_works_before_its_effect_in_both_modes(mode, postgre
                    scratch=tmp_path, work_seconds=0.05)
     assert run.counts_right
     assert min(run.task_times) >= 0.05  # a lower bound the task itself sets, not a timing of the machine
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+def test_pgqueuers_manager_drains_every_job_once_on_either_driver(driver, monkeypatch, postgres_url, tmp_path):
+    """pgqueuer's QueueManager on psycopg's driver or asyncpg's (pgq run's first choice): guarded, two processes,
+    each key's task finished once with one effect."""
+    runner = RUNNERS["pgqueuer"]
+    if runner.missing() or (driver == "asyncpg" and importlib.util.find_spec("asyncpg") is None):
+        pytest.skip(runner.missing() or "asyncpg is not installed")
+    monkeypatch.setenv(PGQUEUER_DRIVER, driver)
+    run = run_once(runner, "guarded", workers=2, jobs=JOBS, urls={"postgres": postgres_url}, scratch=tmp_path)
+    assert run.runs_per_key == Counter({key: 1 for key in KEYS})
+    assert run.effects_per_key == Counter({key: 1 for key in KEYS})
+
+
+def test_a_stall_is_a_process_idle_half_a_second_between_its_tasks():
+    """A task that starts 0.5 s or more after all of its process's earlier tasks finished is a stall; a task that
+    starts while another thread of the process is still busy is not (DBOS runs two)."""
+    assert _stalls([]) == 0
+    assert _stalls([(0.0, 0.1), (0.1, 0.2), (0.3, 0.4)]) == 0
+    assert _stalls([(0.0, 0.1), (0.6, 0.7), (0.7, 0.8), (1.8, 1.9)]) == 2
+    assert _stalls([(0.0, 1.0), (0.2, 0.3), (0.9, 1.1), (1.5, 1.6)]) == 0
+    assert _stalls([(1.5, 1.6), (0.0, 0.1)]) == 1
+
+
+def test_the_rate_counts_only_the_jobs_finished_while_every_process_works():
+    """The window opens at the last process's first start and closes at the first process's last finish: a process
+    that starts late or runs on alone at the end does not set the rate; one process: its whole drain."""
+    early = [(0.0, 0.1), (0.1, 0.2), (0.2, 0.3), (0.3, 0.4), (0.4, 0.5)]
+    late = [(0.2, 0.25), (0.25, 0.35), (0.35, 0.6), (0.6, 0.9)]
+    jobs, seconds = _all_busy([early, late])
+    assert jobs == 5  # finished at 0.25, 0.3, 0.35, 0.4, 0.5: in (0.2, 0.5]; the one at 0.2 is before it
+    assert seconds == pytest.approx(0.3)
+    assert _all_busy([early]) == (5, pytest.approx(0.5))
+    assert _all_busy([[(0.0, 0.1)], [(0.2, 0.3)]]) == (0, 0.0)  # never both at work: the drain's rate is reported
+    assert _all_busy([[], []]) == (0, 0.0)
+    once = Counter({key: 1 for key in KEYS})
+    never_together = Run("arq", "guarded", JOBS, once, once, 2.0, (0.1,) * JOBS, (0.01,) * JOBS)
+    assert never_together.jobs_per_second == never_together.drain_jobs_per_second == JOBS / 2.0
+    assert replace(never_together, all_busy=(4, 0.5)).jobs_per_second == 8.0
 
 
 def test_counts_are_wrong_when_a_job_ran_twice_or_an_effect_is_missing():

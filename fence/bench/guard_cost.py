@@ -20,12 +20,35 @@ cheapest task, its write alone, where the guard's round trips weigh most.
 
 Every finished task appends one line to its process's record file: key,
 enqueue time (carried in the job's arguments), start and finish (wall clock,
-shared by the processes). From them: jobs/s over the drain (first start to
-last finish), p50/p99 of enqueue-to-finish (mostly the wait behind the
+shared by the processes). From them: jobs/s while all N processes work
+(from the last process's first task start to the first process's last
+finish: the processes start their libraries' workers at different moments,
+and a drain of 500 jobs at 1,500 jobs/s lasts a third of a second, so the
+whole drain's rate was much of it a measure of that start race; it is
+reported beside), p50/p99 of enqueue-to-finish (mostly the wait behind the
 backlog: every job is enqueued before the workers start) and of the task
 alone (start to finish: where the guard's statements show). The counts are
 checked too: every job ran exactly once, and the destination holds one effect
 per key.
+
+A stall is a worker process idle 0.5 s or more between two of its tasks
+while jobs wait: each round counts its stalls, and the report names the
+rounds that had any, in both modes alike (none is dropped from the medians).
+pgqueuer's rounds were bimodal for that reason (unguarded about 350 or
+1,100-1,300 jobs/s, guarded about 300 or 700-1,050, on an idle machine):
+pgqueuer 1.6's psycopg driver waits for NOTIFYs in ``notifies(timeout=1.0,
+stop_after=1)``, which holds the connection's lock while it waits, so the
+QueueManager's dequeue and ``log_jobs`` on that connection wait for the next
+NOTIFY. Of the drain's statements only ``log_jobs`` notifies (its DELETE;
+pgqueuer's trigger skips a statement-level UPDATE, the dequeue), and every
+job is enqueued before the workers start, so no enqueue notifies either:
+when every worker's watcher waits with no statement in flight, all of them
+stall until the 1 s timeout. One stall in a drain of 500 jobs (about 0.4 s)
+is the slow mode; a shorter ``dequeue_timeout`` cannot help, since the wait
+is the driver's. The worker now runs the manager on asyncpg when it imports,
+as pgqueuer's own ``pgq run`` chooses (asyncpg's driver listens by callback
+and holds no lock while waiting), else on psycopg, and the record says which
+(``FENCE_BENCH_PGQUEUER_DRIVER`` forces one).
 
 Runners are a table (``RUNNERS``, in ``fence.bench.guard_queues``): a queue is
 a row with how to enqueue (in the bench's process) and how to work (in a
@@ -49,9 +72,11 @@ from typing import Sequence
 
 from fence.base import evidence
 from fence.base.errors import BadInput
-from fence.bench.guard_queues import GUARD_NAMESPACE, PLAIN_TABLE, RUNNERS, QueueRunner
+from fence.bench.guard_queues import GUARD_NAMESPACE, PLAIN_TABLE, RUNNERS, QueueRunner, pgqueuer_driver
 
 MODES = ("unguarded", "guarded")
+STALL_SECONDS = 0.5
+"""A worker process idle this long between two of its tasks has stalled (pgqueuer on psycopg: 1 s at a time)."""
 RUN_TIME_LIMIT = 900.0
 """Seconds one run may take before its workers are stopped and the bench fails: a stuck worker, not a slow one."""
 
@@ -72,9 +97,19 @@ class Run:
     """Enqueue to finish, per job, seconds."""
     task_times: tuple[float, ...]
     """Task start to finish, per job, seconds."""
+    stalls: int = 0
+    """How many times a worker process sat idle ``STALL_SECONDS`` or more between two of its tasks."""
+    all_busy: tuple[int, float] = (0, 0.0)
+    """Jobs finished while every worker process was working, and for how long (``_all_busy``)."""
 
     @property
     def jobs_per_second(self) -> float:
+        """The N processes' rate while all of them work; the whole drain's when that window is empty."""
+        jobs, seconds = self.all_busy
+        return jobs / seconds if jobs and seconds > 0 else self.drain_jobs_per_second
+
+    @property
+    def drain_jobs_per_second(self) -> float:
         return len(self.latencies) / self.seconds if self.seconds > 0 else 0.0
 
     @property
@@ -172,7 +207,9 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
         index, status = failed[0]
         tail = logs[index].read_text().strip().splitlines()[-15:]
         raise RuntimeError(f"{runner.name} {mode}: worker process {index} exited with {status}:\n" + "\n".join(tail))
-    rows = [line.split() for path in records if path.exists() for line in path.read_text().splitlines()]
+    per_process = [[line.split() for line in path.read_text().splitlines()] for path in records if path.exists()]
+    rows = [row for process_rows in per_process for row in process_rows]
+    tasks_per_process = [[(float(row[2]), float(row[3])) for row in process_rows] for process_rows in per_process]
     enqueued = [float(row[1]) for row in rows]
     started = [float(row[2]) for row in rows]
     ended = [float(row[3]) for row in rows]
@@ -181,7 +218,37 @@ def run_once(runner: QueueRunner, mode: str, workers: int, jobs: int, urls: dict
         (max(ended) - min(started)) if rows else 0.0,
         tuple(end - enqueue for enqueue, end in zip(enqueued, ended)),
         tuple(end - start for start, end in zip(started, ended)),
+        sum(_stalls(tasks) for tasks in tasks_per_process),
+        _all_busy(tasks_per_process),
     )
+
+
+def _all_busy(tasks_per_process: list[list[tuple[float, float]]]) -> tuple[int, float]:
+    """Jobs finished from the last process's first start to the first process's last finish, and that time.
+
+    Processes that ran no job are left out (they started after the queue drained).
+
+    Outside it fewer than N processes work: the first one up starts alone,
+    and at the end one may still run what it prefetched.
+    """
+    busy = [tasks for tasks in tasks_per_process if tasks]
+    if not busy:
+        return 0, 0.0
+    opened = max(min(start for start, _ in tasks) for tasks in busy)
+    closed = min(max(end for _, end in tasks) for tasks in busy)
+    if closed <= opened:
+        return 0, 0.0
+    return sum(opened < end <= closed for tasks in busy for _, end in tasks), closed - opened
+
+
+def _stalls(tasks: list[tuple[float, float]]) -> int:
+    """How many of one process's tasks started ``STALL_SECONDS`` or more after every earlier one had finished."""
+    count, finished = 0, None
+    for start, end in sorted(tasks):
+        if finished is not None and start - finished >= STALL_SECONDS:
+            count += 1
+        finished = end if finished is None else max(finished, end)
+    return count
 
 
 def _line_count(path: Path) -> int:
@@ -251,12 +318,17 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
                 for mode in MODES:
                     run = run_once(runner, mode, workers, jobs, urls, Path(scratch), work_ms / 1000)
                     results.setdefault((runner.name, mode), []).append(run)
-                    print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s, "
-                          f"{'counts right' if run.counts_right else 'COUNTS WRONG'}", file=sys.stderr, flush=True)
+                    print(f"[{runner.name} {mode} {round_number}/{repeat}] {run.jobs_per_second:.0f} jobs/s "
+                          f"({run.all_busy[0]} jobs in {run.all_busy[1]:.2f} s with every process at work; drain "
+                          f"{run.drain_jobs_per_second:.0f} jobs/s), "
+                          f"{'counts right' if run.counts_right else 'COUNTS WRONG'}, {run.stalls} stall(s)",
+                          file=sys.stderr, flush=True)
     wall = time.perf_counter() - started
+    on_asyncpg = "pgqueuer" in {runner.name for runner in runners} and pgqueuer_driver() == "asyncpg"
     load_after = os.getloadavg() if hasattr(os, "getloadavg") else None
     lines = [
-        *evidence.header(command, packages=("fence", "psycopg", "redis", *(r.library for r in runners))),
+        *evidence.header(command, packages=("fence", "psycopg", "redis", *(r.library for r in runners),
+                                            *(("asyncpg",) if on_asyncpg else ()))),
         f"# servers: {', '.join(f'{name} {version}' for name, version in versions.items())}; "
         + "; ".join(where[server] for server in sorted(where)),
         *([f"# load average (1 min) before/after: {load[0]:.1f} / {load_after[0]:.1f} on {os.cpu_count()} cpu(s): "
@@ -274,16 +346,22 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
          " pgqueuer's and arq's): a task that does something besides its write" if work_ms else
          "# task work: none (the cheapest task: its write alone, so the guard's round trips are the largest fraction"
          " they can be)"),
-        "# jobs/s: jobs over the drain (first task start to last task finish)",
+        "# jobs/s: jobs finished while every worker process worked (from the last process's first task start to the",
+        "#   first process's last task finish) over that time; drain jobs/s: all jobs over first start to last finish",
         "# p50/p99 ms: enqueue to finish per job; every job is enqueued before the workers start, so this is mostly",
         "#   the workers' start-up and the wait behind the backlog, not the guard",
         "# task p50/p99 ms: the task's own start to finish, the effect included: the guard's price per job",
         "# worker processes: " + "; ".join(f"{runner.name}: {runner.worker}" for runner in runners),
+        *(["# pgqueuer's manager ran on psycopg's driver (asyncpg is not installed, or FENCE_BENCH_PGQUEUER_DRIVER",
+            "#   chose it), whose NOTIFY watcher can stall a drain 1 s at a time: see the stalled rounds, and",
+            "#   fence.bench.guard_cost"]
+          if "pgqueuer" in {runner.name for runner in runners} and not on_asyncpg else []),
         *(f"# not run: {line}" for line in missing),
         f"# wall time {wall:.0f}s",
         "",
-        "# jobs/s range: the slowest and fastest round (the spread the shared machine put on it)",
-        f"{'queue':14} {'mode':10} {'jobs/s':>8} {'range':>11} {'p50 ms':>8} {'p99 ms':>8} {'task p50 ms':>12} {'task p99 ms':>12} "
+        "# jobs/s range: the slowest and fastest round (the spread the shared machine put on it); stalled: rounds in",
+        f"#   which a worker process sat idle {STALL_SECONDS:g} s or more between two of its tasks (kept in the medians)",
+        f"{'queue':14} {'mode':10} {'jobs/s':>8} {'range':>11} {'drain jobs/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'task p50 ms':>12} {'task p99 ms':>12} "
         f"{'guarded/unguarded':>18}  counts",
     ]
     wrong = 0
@@ -301,12 +379,14 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
             lines.append(
                 f"{runner.name:14} {mode:10} {medians[mode]:>8.1f} "
                 f"{min(r.jobs_per_second for r in runs):>5.0f}-{max(r.jobs_per_second for r in runs):<5.0f} "
+                f"{statistics.median(r.drain_jobs_per_second for r in runs):>12.1f} "
                 f"{1000 * statistics.median(_percentile(r.latencies, 0.50) for r in runs):>8.1f} "
                 f"{1000 * statistics.median(_percentile(r.latencies, 0.99) for r in runs):>8.1f} "
                 f"{1000 * statistics.median(_percentile(r.task_times, 0.50) for r in runs):>12.2f} "
                 f"{1000 * statistics.median(_percentile(r.task_times, 0.99) for r in runs):>12.2f} "
                 f"{(f'{ratio:.2f}' if ratio is not None else ''):>18}  "
                 f"{right}/{len(runs)} rounds: every job once, one effect per key"
+                + (f"; {stalled} round(s) stalled" if (stalled := sum(run.stalls > 0 for run in runs)) else "")
             )
     lines += [
         "",

@@ -13,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
+import os
 import signal
 import sys
 import threading
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -163,6 +165,34 @@ def _pgqueuer_enqueue(url: str, keys: Sequence[str]) -> None:
     asyncio.run(enqueue())
 
 
+PGQUEUER_DRIVER = "FENCE_BENCH_PGQUEUER_DRIVER"
+"""Names the manager's driver, "asyncpg" or "psycopg"; unset: asyncpg when it imports, as ``pgq run`` picks."""
+
+
+def pgqueuer_driver() -> str:
+    """The QueueManager's driver (psycopg's stalls a drain 1 s at a time: see ``fence.bench.guard_cost``)."""
+    return os.environ.get(PGQUEUER_DRIVER) or ("asyncpg" if importlib.util.find_spec("asyncpg") else "psycopg")
+
+
+@asynccontextmanager
+async def _pgqueuer_manager_queries(url: str, driver: str):
+    from pgqueuer import Queries
+
+    if driver == "asyncpg":
+        import asyncpg
+
+        connection = await asyncpg.connect(url)
+        try:
+            yield Queries.from_asyncpg_connection(connection)
+        finally:
+            await connection.close()
+    else:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
+            yield Queries.from_psycopg_connection(connection)
+
+
 def _pgqueuer_work(url: str, effect: Effect, index: int) -> None:
     from datetime import timedelta
 
@@ -173,11 +203,12 @@ def _pgqueuer_work(url: str, effect: Effect, index: int) -> None:
     from fence.targets import pgqueuer as recipe
 
     async def work():
-        # The recipe reads the job's picks on a connection of its own: the manager's LISTEN holds its own.
+        # The recipe (guarded only) reads the job's picks on a psycopg connection of its own; the manager's
+        # connection is the same in both modes.
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection, \
-                await psycopg.AsyncConnection.connect(url, autocommit=True) as worker_connection:
+                _pgqueuer_manager_queries(url, pgqueuer_driver()) as manager_queries:
             queries = Queries.from_psycopg_connection(connection)
-            manager = QueueManager(Queries.from_psycopg_connection(worker_connection))
+            manager = QueueManager(manager_queries)
 
             @manager.entrypoint(TASK)
             async def fence_bench_effect(job) -> None:
@@ -332,8 +363,6 @@ DBOS_SCHEMA = "fence_bench_dbos"
 """DBOS's system tables for the bench, in a schema of their own."""
 DBOS_POLLING = 0.05
 """Seconds between a DBOS worker's queue polls (DBOS's default is 1 s, which would hide the effect as arq's would)."""
-
-
 DBOS_THREADS = 2
 """DBOS's workflow thread pool per process (``max_executor_threads``); each thread keeps its own connection."""
 
@@ -394,13 +423,6 @@ def _dbos_work(url: str, effect: Effect, index: int) -> None:
 
 
 # -- the table ------------------------------------------------------------------------------------
-def _flush_redis(url: str) -> None:
-    import redis
-
-    with redis.Redis.from_url(url) as client:
-        client.flushdb()
-
-
 @dataclass(frozen=True)
 class QueueRunner:
     """One queue of the bench: its library, its server, how jobs are enqueued and how a worker process works."""
@@ -433,7 +455,10 @@ class QueueRunner:
 
 def _reset_redis_then(enqueue):
     def both(url: str, keys: Sequence[str]) -> None:
-        _flush_redis(url)
+        import redis
+
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
         enqueue(url, keys)
     return both
 
@@ -444,7 +469,7 @@ RUNNERS: dict[str, QueueRunner] = {runner.name: runner for runner in (
                 "App.run_worker_async(wait=False, concurrency=1)"),
     QueueRunner("pgqueuer", "pgqueuer", ("pgqueuer", "psycopg"), "pgqueuer", "postgres",
                 _pgqueuer_enqueue, _pgqueuer_work, True,
-                "QueueManager.run(mode=drain, batch_size=1)"),
+                f"QueueManager.run(mode=drain, batch_size=1) on {pgqueuer_driver()}"),
     QueueRunner("celery", "celery", ("celery", "redis", "psycopg"), "celery", "redis",
                 _reset_redis_then(_celery_enqueue), _celery_work, False,
                 "app.worker_main: worker --pool=solo --concurrency=1, acks_late"),
