@@ -205,85 +205,74 @@ def generic_parts(world: World) -> tuple:
     # or crashed attempt with no commit on its way is only its names; the answer
     # counts once it arrived, the payload until the commit carrying it landed; an
     # answer to an attempt no longer waiting for one is dropped on arrival.
-    # Asked of every explored transition and every step of a drain: enum members are
-    # compared by identity and read as ``_value_`` (an Enum's hash and ``value`` are Python calls),
-    # and the network, usually a message or two, is read in one pass.
-    commit, ack, commit_sent = MessageKind.COMMIT, MessageKind.ACK, Phase.COMMIT_SENT
-    network = world.network
-    phases = world.attempts
-    commits_in_flight = set()
-    in_flight: dict = {}
-    for m in network:
-        kind = m.kind
-        if kind is commit:
-            commits_in_flight.add(m.attempt)
-        elif kind is ack and phases[m.attempt].phase is not commit_sent:
-            continue  # ``answer_nobody_waits_for``, written out
-        result = m.result
-        item = (kind._value_, m.attempt, result._value_ if result is not None else "")
-        in_flight[item] = in_flight.get(item, 0) + 1
+    commit = MessageKind.COMMIT
+    commits_in_flight = {m.attempt for m in world.network if m.kind is commit}
     attempts = []
+    # Enum members compared by identity, never looked up in sets (an Enum's hash is a Python call).
     crashed, done, acked, reserved, working = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.RESERVED, Phase.WORKING
     failed = Phase.FAILED
     refused = Phase.DONE if world.config.failures else Phase.REFUSED  # as in the fast key
-    for a in phases.values():
+    for a in world.attempts.values():
+        in_flight = a.handle in commits_in_flight
         phase = a.phase
         if phase is failed:
             phase = crashed
-        if (phase is crashed or phase is done or phase is refused) and a.handle not in commits_in_flight:
+        if (phase is crashed or phase is done or phase is refused) and not in_flight:
             # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
             attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
         else:
             attempts.append((
                 a.handle, a.identity, a.reservation_id, phase._value_,
                 a.ack._value_ if phase is acked else "",
-                a.payload if (phase is reserved or phase is working or a.handle in commits_in_flight) else "",
-                a.wrote,
+                a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
             ))
+    # ``answer_nobody_waits_for``, written out: asked of every message of every key.
+    ack, commit_sent, phases = MessageKind.ACK, Phase.COMMIT_SENT, world.attempts
+    network = _multiset([
+        (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
+        for m in world.network
+        if m.kind is not ack or phases[m.attempt].phase is commit_sent
+    ])
     # fence's own Evidence is a value and janitors keep no state: its answers count
     # per reservation, whichever janitor holds them (as in the fast key). Any other
     # answer object is kept with its janitor.
-    ledger = world.ledger
-    now = world.now
-    unknown = ReservationState.OUTCOME_UNKNOWN
-    held_values: dict = {}
+    held_values: list = []
     held_by_janitor: list = []
-    if any(world.evidence):
-        # With fence's own ledger and policy, an answer held for a reservation that is no
-        # longer outcome_unknown only leads to a settle the ledger refuses, which changes
-        # nothing (as in the fast key): decide() is pure, and the ledger is asked nothing
-        # else. A user's ledger may accept that settle, and a user's policy may act in it.
-        stale_answers_inert = type(ledger) is Ledger and type(world.policy) in FENCE_POLICY_TYPES
-        for janitor, answers in enumerate(world.evidence):
-            for rid, found in answers.items():
-                if type(found) is Evidence:
-                    if stale_answers_inert and ledger._reservations[rid].state is not unknown:
-                        continue
-                    item = (rid, evidence_token(found))
-                    held_values[item] = held_values.get(item, 0) + 1
-                else:
-                    held_by_janitor.append((janitor, rid, _held_token(found)))
+    ledger = world.ledger
+    # With fence's own ledger and policy, an answer held for a reservation that is no
+    # longer outcome_unknown only leads to a settle the ledger refuses, which changes
+    # nothing (as in the fast key): decide() is pure, and the ledger is asked nothing
+    # else. A user's ledger may accept that settle, and a user's policy may act in it.
+    stale_answers_inert = type(ledger) is Ledger and type(world.policy) in FENCE_POLICY_TYPES
+    unknown = ReservationState.OUTCOME_UNKNOWN
+    for janitor, answers in enumerate(world.evidence):
+        for rid, found in answers.items():
+            if type(found) is Evidence:
+                if stale_answers_inert and ledger._reservations[rid].state is not unknown:
+                    continue
+                held_values.append((rid, evidence_token(found)))
+            else:
+                held_by_janitor.append((janitor, rid, _held_token(found)))
     # A set, not a list sorted by reservation: a renaming of the jobs must be able to order it again.
-    held = (frozenset(held_values.items()), frozenset(held_by_janitor))
-    mirror = frozenset([(m.reservation_id, m.state._value_, m.times_freed) for m in observer.reservations.values()])
+    held = (_multiset(held_values), frozenset(held_by_janitor))
+    attempts = frozenset(attempts)
+    mirror = frozenset((m.reservation_id, m.state._value_, m.times_freed) for m in observer.reservations.values())
     if type(ledger) is Ledger:
         # fence's own ledger as the fast key reads it: a deadline only while it can expire.
-        held_now = ReservationState.RESERVED
-        ledger_part = frozenset([
+        ledger_part = frozenset(
             (r.reservation_id, r.owner, r.state._value_,
-             (r.deadline if r.deadline > now else -1) if r.state is held_now else None)
+             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
             for r in ledger._reservations.values()
-        ])
+        )
     else:
         ledger_part = ledger_snapshot(ledger)
     policy_snapshot = getattr(world.policy, "snapshot", None)
     return (
         # The retry queue counts per job (retries are taken by job), in any order.
-        now, frozenset(attempts), frozenset(in_flight.items()),
+        world.now, attempts, network,
         _multiset(world.retry_queue) if world.retry_queue else _NONE,
         _multiset(world.follow_ups) if world.follow_ups else _NONE,
-        held, mirror, frozenset(observer.abandoned),
-        payloads_by_key(observer.effects) if observer.effects else _NONE,
+        held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
         ledger_part, destination_snapshot(world.destination),
         policy_snapshot() if callable(policy_snapshot) else None,
     )
