@@ -100,3 +100,42 @@ def test_answers_a_policy_keeps_as_objects_are_renamed_with_the_jobs():
     one, renamed = world_where("job1", "job2"), world_where("job2", "job1")
     assert generic_state_key(one) != generic_state_key(renamed)
     assert generic_state_key(one, symmetry=True) == generic_state_key(renamed, symmetry=True)
+
+
+def _conclusions(found) -> dict:
+    """What a walk concludes, step for step: counts, dangers reached and each verdict with its counterexample."""
+    return {
+        "states": found.states, "transitions": found.transitions, "depth": found.depth,
+        "exhausted": found.exhausted, "unsettled": found.drains_unsettled, "reached": dict(found.reached),
+        "results": {
+            name: (item.outcome, item.depth,
+                   [step.sentence for step in item.counterexample.steps] if item.counterexample else None)
+            for name, item in found.results.items()
+        },
+    }
+
+
+@pytest.mark.parametrize("config, symmetry", [
+    (dict(capacity=1, jobs=1, max_attempts=3, horizon=3), False),
+    (dict(capacity=2, jobs=2, max_attempts=1, horizon=1), False),
+    (dict(capacity=2, jobs=2, max_attempts=1, horizon=1), True),
+], ids=["1x1x3 h3", "2x2x1 h1", "2x2x1 h1 symmetric"])
+def test_a_plain_subclass_on_the_generic_path_concludes_what_the_builtin_does(config, symmetry):
+    """The generic path (whole worlds, the subclass's snapshot()) walks a subclass that changes
+    nothing as the built-in's keyed engine walks fence's own destination: the same states,
+    transitions, depth, dangers and verdicts. A change to the generic key, copy or walk that
+    merges or splits states differently, or steps differently, shows here first."""
+    from fence.explore.walk import explore
+    from fence.model.plugins import load_destination
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    bound = ModelConfig(**config)
+    subclass = load_destination(str(TESTS / "user_plugins/plain.py:PlainSubclass"))
+    builtin = explore(POLICIES["abandon-fenced"], bound, symmetry=symmetry)
+    generic = explore(POLICIES["abandon-fenced"], bound, symmetry=symmetry, destination_factory=subclass)
+    # Walked the generic way, tested by replays, and found faithful.
+    assert builtin.faithfulness_checks == 0 and generic.faithfulness_checks > 0
+    assert generic.unfaithful is None
+    assert _conclusions(generic) == _conclusions(builtin)
+    assert generic.exhausted and "proved" in {item.outcome.value for item in generic.results.values()}
