@@ -75,23 +75,10 @@ Why each new key decides its answer
     promises already (``DrainJudge._from_memos`` says why); whether messages
     are in flight is in each job's detail too.
 
-Order, and counterexamples
-    The actions of a state are taken kind by kind (``ACTION_KINDS``, the
-    World's own order), jobs in name order within a kind, each job's in the
-    order the World listed them. With one job that is the World's order
-    exactly; with more it can differ from it (the World lists some kinds by
-    the order attempts or messages were made), so the walk finds the same
-    states and transitions and, of several shortest counterexamples, possibly
-    another one. The parents record the concrete actions and, for a janitor's
-    step, what it was meant to do (``meant``): ``_judge`` replays the path
-    from scratch, translating each janitor's step to the first janitor that
-    can take it in the replayed World.
-
-Checked, not trusted
-    With ``check_every`` n > 0 every n-th answer of each new memo (enabled
-    actions, a new state's readings and context, the live-writer judgement,
-    the drain judge's answer) is compared with a World built the slow way, and
-    a difference raises ``MemoMismatch``.
+The rest of the walk is in three modules: ``fence.explore.abstract_state`` (how a
+state is held, and the order of its actions), ``fence.explore.abstract_worlds``
+(Worlds built on a miss) and ``fence.explore.abstract_checks`` (the memos checked,
+with ``check_every``).
 """
 
 from __future__ import annotations
@@ -100,17 +87,19 @@ from collections import Counter
 from operator import itemgetter
 
 from fence.explore import transitions
+from fence.explore.abstract_checks import MemoChecks
+from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action, translate
+from fence.explore.abstract_worlds import WorldsOfEntries
 from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
-from fence.explore.state_key import job_parts, state_key, up_to_janitors
+from fence.explore.state_key import state_key, up_to_janitors
 from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
 from fence.explore.visited import KEY_PRIME, KeySums
-from fence.model.rules import ACTION_CLASSES, ACTION_KINDS
+from fence.model.rules import ACTION_KINDS
 from fence.model.world import Action, World
 
 _RANK = {kind: number for number, kind in enumerate(ACTION_KINDS)}
 _TICK_RANK = _RANK["tick"]
-JANITOR_KINDS = frozenset({"scan", "probe", "settle"})
 _by_rank = itemgetter(0)
 
 
@@ -124,72 +113,8 @@ def readings_key(detail: int) -> int:
     return detail
 
 
-class Entry:
-    """A state of the walk by its readings, with a World only if one was built (see the module docstring)."""
 
-    __slots__ = ("node", "details", "parts", "abandoned", "shared", "world", "parent", "action", "job", "relative",
-                 "path", "readings")
-
-    def __init__(self, details: tuple, parts: tuple, abandoned: tuple, shared: tuple, world: World | None,
-                 parent: Entry | None, action: Action | None, job: str | None, relative: tuple | None) -> None:
-        self.node = -1
-        self.details = details
-        self.parts = parts
-        self.abandoned = abandoned
-        """The abandon promises, sorted: the key's third part."""
-        self.shared = shared
-        self.world = world
-        self.parent = parent
-        self.action = action
-        """The step from ``parent`` (a janitor's translated on use, see ``translate``)."""
-        self.job = job
-        self.relative = relative
-        self.path = ()
-        """The steps from the root as (action, what a janitor's step was meant to do): kept only by the
-        partitioned walk (``fence.explore.partitioned``), whose entries travel without their parents."""
-        self.readings = None
-        """Each job's (live writers, messages in flight) once read (``AbstractWalk.readings_of``): asked
-        for a new state's step invariants and again for its drain."""
-
-
-def translate(world: World, action: Action, job: str | None, relative: tuple | None) -> Action:
-    """``action`` as ``world`` can take it: a janitor's step goes to the first janitor that takes it alike.
-
-    Janitors keep no state but their held answers, so any janitor's step with
-    the same relative form leads to a state with the same key; the first one
-    in the World's order is the one ``up_to_janitors`` keeps.
-    """
-    kind = action.kind
-    if kind not in JANITOR_KINDS:
-        return action
-    for candidate in world.enabled(kind):
-        if candidate.reservation == action.reservation and relative_action(world, candidate, job) == relative:
-            return candidate
-    raise MemoMismatch(f"no janitor can take {action.to_dict()} as {relative} at t={world.now}")
-
-
-def _concrete(job: str, relative: tuple, janitor: int) -> Action:
-    """The action ``relative`` (``fence.explore.transitions.relative_action``) names for ``job``."""
-    return ACTION_CLASSES[relative[0]].from_relative(job, relative, janitor)
-
-
-class PartNumbers:
-    """Key parts by number: one per distinct part, so keys hash small integers."""
-
-    def __init__(self) -> None:
-        self.numbers: dict[tuple, int] = {}
-        self.parts: list[tuple] = []
-        """Each distinct part seen, at its number."""
-
-    def __call__(self, part: tuple) -> int:
-        number = self.numbers.get(part)
-        if number is None:
-            number = self.numbers[part] = len(self.parts)
-            self.parts.append(part)
-        return number
-
-
-class AbstractWalk:
+class AbstractWalk(WorldsOfEntries, MemoChecks):
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
     only_new_children = True
@@ -312,83 +237,6 @@ class AbstractWalk:
             )
         self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None] for action, _ in per_job[None]]
 
-    def world_of(self, entry: Entry) -> World:
-        """The entry's World, built from its parent's (itself built the same way if it was dropped).
-
-        An entry read back from the frontier (``decode``) holds no parent: its
-        parent's World is looked up by number among those built in this level
-        and the last, and if it was not built, the path to it from the root is
-        replayed (``replay``) and kept for its siblings.
-        """
-        if entry.world is not None:
-            return entry.world
-        if entry.parent is not None:
-            before = self.world_of(entry.parent)
-            action, meant = entry.action, (entry.job, entry.relative)
-        else:
-            parent, action = self.parents[entry.node]
-            meant = self.parents.meant_of(entry.node) or (None, None)
-            before = self.world_by_node(parent)
-            if before is None:
-                before = self.built[parent] = self.replay(parent)
-        world = before.clone(history=False)
-        world.apply(translate(before, action, *meant))
-        world.reached.clear()  # counted by the walk already, from the memo's answer
-        memo = world.job_memo
-        parts_by_number = self.parts_by_number
-        for job, part, detail in zip(self.jobs, entry.parts, entry.details):
-            memo[job] = parts_by_number[part]
-            memo[DETAIL + job] = detail
-        entry.world = world
-        if entry.node >= 0:
-            self.built[entry.node] = world
-        return world
-
-    def world_by_node(self, node: int) -> World | None:
-        """The World built for state ``node`` in this level or the last, else None (the root's is always kept)."""
-        if node == 0:
-            return self.root.world
-        world = self.built.get(node)
-        return world if world is not None else self.built_before.get(node)
-
-    def replay(self, node: int) -> World:
-        """The World of state ``node``: the walk's path to it (``parents``), taken from the root's World."""
-        parents = self.parents
-        world = self.root.world.clone(history=False)
-        for node in parents.lineage(node):
-            action = parents[node][1]
-            meant = parents.meant_of(node)
-            if meant is not None:
-                action = translate(world, action, *meant)
-            world.apply(action)
-        world.reached.clear()
-        self.replays += 1
-        return world
-
-    def next_level(self, expanded) -> None:
-        """Drop the Worlds built before the last level began.
-
-        They can be had again (``world_of``, ``replay``): the walk holds the
-        Worlds of about two levels' misses, and every other state as a row of
-        numbers in the frontier (``encode``).
-        """
-        self.built_before, self.built = self.built, {}
-
-    def encode(self, node: int, entry: Entry) -> tuple:
-        """The entry as the frontier keeps it: its number, context and abandon promises by number, then
-        each job's detail and key part (numbers already); ``decode`` reads it back."""
-        return (node, self.contexts(entry.shared), self.promises(entry.abandoned)) + entry.details + entry.parts
-
-    def decode(self, row) -> tuple[int, Entry]:
-        node = row[0]
-        jobs = len(self.jobs)
-        if node == 0:
-            return 0, self.root
-        entry = Entry(tuple(row[3:3 + jobs]), tuple(row[3 + jobs:]), self.promises.parts[row[2]],
-                      self.contexts.parts[row[1]], self.world_by_node(node), None, None, None, None)
-        entry.node = node
-        return node, entry
-
     def meant_of(self, entry: Entry):
         """What the janitor's step into ``entry`` was meant to do (``translate``), else None."""
         if entry.job is not None and entry.action.kind in JANITOR_KINDS:
@@ -399,12 +247,6 @@ class AbstractWalk:
         """The step just yielded broke ``name``: remember what it was meant to do, if a janitor's."""
         if self.last_meant is not None:
             self.meant[name] = self.last_meant
-
-    def adopt(self, entry: Entry, node: int) -> None:
-        """``entry`` is the new state ``node`` (its parent and step are in ``parents`` now)."""
-        entry.node = node
-        if entry.world is not None:
-            self.built[node] = entry.world
 
     # -- the walk ------------------------------------------------------------------------------
     def actions_of(self, entry: Entry) -> list[tuple]:
@@ -423,7 +265,7 @@ class AbstractWalk:
                         merged = None
                         break
                     mine = concrete[(job, detail, shared)] = [
-                        [rank, index, relative, _concrete(job, relative, janitor), None,
+                        [rank, index, relative, concrete_action(job, relative, janitor), None,
                          (job, relative) if relative[0] in JANITOR_KINDS else None]
                         for rank, relative, janitor in learned
                     ]
@@ -435,24 +277,6 @@ class AbstractWalk:
             self.check_actions(entry, merged)
         merged.sort(key=_by_rank)
         return merged
-
-    def check_actions(self, entry: Entry, merged: list[tuple]) -> None:
-        world = self.fresh(entry)
-        per_job = {job: [relative if job is not None else action for action, relative in actions]
-                   for job, actions in self.actions_per_job(world).items()}
-        answered = {job: [] for job in self.jobs}
-        answered[None] = []
-        for _rank, index, relative, action, _move, _meant in sorted(merged, key=_by_rank):
-            answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
-        if answered != per_job:
-            raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")
-
-    def fresh(self, entry: Entry) -> World:
-        """The entry's World made again with nothing memoised on it: what a check compares with."""
-        world = self.world_of(entry).clone(history=False)
-        world.job_memo = {}
-        world._enabled_cache = None
-        return world
 
     def successors(self, entry: Entry, visited, known, reached: Counter):
         """Every transition out of ``entry``, as ``_memo_successors`` yields them: (action, child, key, broken).
@@ -592,52 +416,6 @@ class AbstractWalk:
             raise MemoMismatch(f"the memos' state after {action} differs from the model's")
         return action, made, child_key, broken
 
-    def check_judgement(self, entry: Entry, index, action: Action, answer, child: World, broken: list,
-                        known) -> None:
-        """Judge the new state ``child`` as the memos would (readings, step invariants, drain) and compare.
-
-        With ``check_every`` every memoised step is taken for real, so the abstract
-        judgement of a new state is made here, beside the real one, to be checked.
-        """
-        details, shared, abandoned = self.abstract_child(entry, index, action, answer)
-        if index is None:
-            parts = self.tick_move(entry.parts, entry.shared[0], action.by)
-        else:
-            parts = entry.parts[:index] + (self.number(answer[0]),) + entry.parts[index + 1:]
-        readings = [self.readings.get(readings_key(detail)) for detail in details]
-        if None in readings:
-            return
-        writers = Counter(handle.partition("#")[0] for handle in child.live_writers())
-        flying = {m.attempt.partition("#")[0] for m in child.network}
-        real = [(writers[job], job in flying) for job in self.jobs]
-        if readings != real:
-            raise MemoMismatch(f"the readings memo answered {readings} after {action}, the World {real}")
-        findings = answer[3] if index is not None else ()
-        mine = set(self.judge_new(None, findings, known, readings))
-        if mine != set(broken):
-            raise MemoMismatch(f"the memos judged {sorted(mine)} broken after {action}, the World {sorted(broken)}")
-        judge = self.judge_drain
-        if judge.invariants:
-            now, _draining, free, held = shared
-            answer, _learn = judge.lookup(
-                list(details), self.jobs, now, free, held, abandoned, any(reading[1] for reading in readings),
-                lambda: (now, parts, abandoned),
-            )
-            if answer is not None:
-                real_answer = DrainJudge(judge.invariants)(child.clone(history=False))
-                if real_answer != answer:
-                    raise MemoMismatch(f"the drain judge's memos answered {answer} after {action}, "
-                                       f"the drain {real_answer}")
-
-    def abstract_child(self, entry: Entry, index, action: Action, answer) -> tuple:
-        """(details, context, abandon promises) of a child as the memos give them (for a check)."""
-        if index is None:  # a tick
-            return entry.details, (entry.shared[0] + action.by,) + entry.shared[1:], entry.abandoned
-        job = self.jobs[index]
-        _part, detail, added, _findings, _got, after = answer
-        abandoned = tuple(sorted(set(entry.abandoned).union(job + i for i in added))) if added else entry.abandoned
-        return entry.details[:index] + (detail,) + entry.details[index + 1:], after, abandoned
-
     def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
         """The step invariants a transition into the new state ``child`` broke, without its World.
 
@@ -653,36 +431,23 @@ class AbstractWalk:
                 broken.append(name)
         return broken
 
+    def memo_readings(self, details: tuple) -> list:
+        """Each job's readings as the memo holds them (None where it has not learned them)."""
+        readings = self.readings
+        return [readings.get(readings_key(detail)) for detail in details]
+
     def readings_of(self, entry: Entry) -> list[tuple[int, bool]]:
         found = entry.readings
         if found is not None:
             return found
-        readings = self.readings
-        found = [readings.get(readings_key(detail)) for detail in entry.details]
+        found = self.memo_readings(entry.details)
         if None in found:
             self.learn_readings(self.world_of(entry), entry.details)
-            found = [readings[readings_key(detail)] for detail in entry.details]
+            found = self.memo_readings(entry.details)
         elif self.steps.check_every and self.steps.should_check():
             self.check_readings(entry, found)
         entry.readings = found
         return found
-
-    def check_readings(self, entry: Entry, found: list) -> None:
-        """Compare an entry's memoised readings (and its details, parts, context) with its World made afresh."""
-        world = self.fresh(entry)
-        jobs = self.jobs
-        details = tuple(self.steps.intern(d) for d in transitions.job_details(world, jobs).values())
-        parts = tuple(self.number(part) for part in job_parts(world, jobs).values())
-        abandoned = tuple(sorted(world.observer.abandoned))
-        writers = Counter(handle.partition("#")[0] for handle in world.live_writers())
-        flying = {m.attempt.partition("#")[0] for m in world.network}
-        real = [(writers[job], job in flying) for job in jobs]
-        mine = (entry.details, entry.parts, entry.shared, entry.abandoned, found)
-        theirs = (details, parts, transitions.context(world), abandoned, real)
-        if mine != theirs:
-            names = ("details", "key parts", "context", "abandon promises", "live writers and messages")
-            differ = [n for n, a, b in zip(names, mine, theirs) if a != b]
-            raise MemoMismatch(f"the abstract state differs from its World ({', '.join(differ)}): {mine} vs {theirs}")
 
     def judge_drain_of(self, entry: Entry) -> tuple[tuple[str, ...], bool]:
         """Invariant 6 of a new state: from the drain judge's memos, or its World drained for real."""
@@ -705,24 +470,3 @@ class AbstractWalk:
             return judge(self.world_of(entry), missed=learn)  # asked on the readings the World has
         return judge(self.world_of(entry))
 
-
-def replayable(world: World, path: list[tuple[Action, tuple | None]]) -> list[Action]:
-    """The walk's path as actions a fresh ``world`` takes in turn: each janitor's step translated.
-
-    ``path`` is (action, (job, relative action) or None) per step, the second
-    for a janitor's step whose janitor may differ on the replay (see the module
-    docstring). A step nobody can take is left as it is: the replay then fails,
-    and the walk stands behind nothing (``_judge``).
-    """
-    actions = []
-    for action, meant in path:
-        if meant is not None:
-            try:
-                action = translate(world, action, *meant)
-            except MemoMismatch:
-                return actions + [action for action, _ in path[len(actions):]]
-        actions.append(action)
-        if action not in world.enabled(action.kind):
-            return actions + [action for action, _ in path[len(actions):]]
-        world.apply(action)
-    return actions

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from fence.explore.abstract import replayable
+from fence.explore.abstract_state import replayable
 from fence.search.counterexample import Counterexample
 from fence.model.invariants import Invariant
 from fence.search.minimise import replay_actions

@@ -12,7 +12,8 @@ import time
 from collections import Counter
 from operator import itemgetter
 
-from fence.explore.abstract import AbstractWalk, Entry, PartNumbers, translate
+from fence.explore.abstract import AbstractWalk
+from fence.explore.abstract_state import Entry, PartNumbers, translate
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.transitions import DETAIL, StepMemo
 from fence.explore.visited import KEY_PRIME, KeySums, of_plain

@@ -73,7 +73,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     ``transport.round(expand, known, seconds_left)`` runs one ``Partition.advance`` in every
     partition, delivering each the batches the others sent it last round, and returns the reports.
     """
-    from fence.explore.abstract import replayable
+    from fence.explore.abstract_state import replayable
     from fence.explore.judging import verdicts
 
     found: dict[str, tuple] = {}
