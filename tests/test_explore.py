@@ -546,7 +546,7 @@ def test_a_violation_found_by_the_abstract_walk_replays_with_its_janitors_transl
     """The abstract walk records janitors' steps by what they do; its counterexamples replay from scratch.
 
     A recorded step may name a janitor that, on the replayed World, holds a
-    different answer (or none): ``_judge`` translates it (fence.explore.abstract.replayable).
+    different answer (or none): ``_judge`` translates it (fence.explore.abstract_state.replayable).
     The violations are those of the walk without memos, at the same depths.
     Both walks stop at depth 12: every violation of these two policies is
     found by then (at most 12 chosen steps), and the walk without memos to
