@@ -86,6 +86,8 @@ class TargetLedger(Restorable):
         """Reservations whose task raised into its guard's wrapper, not yet settled (``_fail_through_guard``).
 
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
+        self._answers: dict[str, object] = {}
+        """What the server answered since the last call that may change it (``_answered``)."""
 
     # -- what a subclass gives ------------------------------------------------------------
     JANITOR = "this row's janitor"
@@ -95,6 +97,10 @@ class TargetLedger(Restorable):
     (``EXPIRE_AND_RELEASE``) and the guarded row only the guard's (``EXPIRE_AND_HOLD`` and the settles);
     True where the system's calls serve both on either row (a test may drive the guard's policy on the
     shipped storage)."""
+    GUARD_CATCHES_FAILURES = False
+    """True where a guarded row's task catches its own failure in the guard's wrapper (every shipped row):
+    ``fail`` on the guarded row is then ``_fail_through_guard`` and ``_fail`` is only the shipped row's
+    handler. False: ``_fail`` answers on both rows (a guarded system whose own handler runs)."""
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
@@ -192,7 +198,30 @@ class TargetLedger(Restorable):
         self._forget_reads()
 
     def _forget_reads(self) -> None:
-        """Drop what the server answered before (a subclass that caches reads clears them here)."""
+        """Drop what the server answered before (``_answered``'s; a subclass that caches reads elsewhere
+        clears them too)."""
+        self._answers.clear()
+
+    def _answered(self, question: str, read: Callable[[], object]) -> object:
+        """``read()``'s answer, read once until the next write (``_writing`` forgets it): a target whose
+        states take a query per reservation asks it once per world step."""
+        if question not in self._answers:
+            self._reading()
+            self._answers[question] = read()
+        return self._answers[question]
+
+    def _moved(self, read: Callable[[], object], call: Callable[[], object], why: str) -> object:
+        """The system's ``call`` as a write, accepted only if ``read()`` answers differently after it
+        (``only_if_it_moves``): for a library whose stale call returns as quietly as a good one."""
+        self._writing()
+
+        def writing():
+            try:
+                return call()
+            finally:
+                self._forget_reads()
+
+        return only_if_it_moves(read, writing, why)
 
     # -- time ----------------------------------------------------------------------------------
     def _move_time(self, now: float | None) -> None:
@@ -348,6 +377,8 @@ class TargetLedger(Restorable):
         Reported as ``owner_move`` reports.
         """
         record = self._given(key, owner, "fail")
+        if self.guarded and self.GUARD_CATCHES_FAILURES:
+            return self._reservation(self._newest(self._fail_through_guard(record)))
         return self._reservation(self._newest(self._fail(record) or record))
 
     def confirm(self, key: str, owner: str) -> Reservation:

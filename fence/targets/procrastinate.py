@@ -219,6 +219,7 @@ class ProcrastinateLedger(TargetLedger):
 
     JOB = "job_id"  # the shipped recipe fetches one row again and again
     EITHER_RECOVERY = True  # procrastinate's calls serve the guard's policy on the shipped storage too (tests)
+    GUARD_CATCHES_FAILURES = True  # the task's guard wrapper catches its exception (``_fail``'s doc)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
@@ -333,7 +334,7 @@ class ProcrastinateLedger(TargetLedger):
         """The worker's finish_job(job, succeeded) on the row it fetched, as procrastinate's worker calls it."""
         self._finish(fetch.job_id, procrastinate_jobs.Status.SUCCEEDED, move)
 
-    def _fail(self, fetch: _Fetch) -> _Fetch | None:
+    def _fail(self, fetch: _Fetch) -> None:
         """procrastinate's worker when the task raises: the task's retry strategy decides retry_job or finish_job(failed).
 
         As ``Worker._process_job`` and ``_persist_job_status`` do it, on the job
@@ -346,8 +347,6 @@ class ProcrastinateLedger(TargetLedger):
         retry is a fresh row, as after a stalled job. Until then only the worker
         knows (``_fail_through_guard``); the janitor's settle makes those finishes.
         """
-        if self.guarded:
-            return self._fail_through_guard(fetch)
         app = self._session.app
         job = self._jobs().get(fetch.job_id)
         if job is None:
@@ -360,7 +359,6 @@ class ProcrastinateLedger(TargetLedger):
         else:
             self._retry(job, retry_at=decision.retry_at, priority=decision.priority, queue=decision.queue,
                         lock=decision.lock)
-        return None
 
     def _retry(self, job: procrastinate_jobs.Job, **retry) -> None:
         try:  # the same row back to todo

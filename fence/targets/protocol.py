@@ -61,13 +61,20 @@ rest. A target is three pieces:
   newer one reports it. ``_finished(job, move)`` keeps which move finished a
   job where the system does not. Its ``time`` (a ``ModelTime``) maps model
   time onto the server's, and ``_move_clock(ticks)`` moves the system's
-  stored times (the session's ``move_time`` by default).
+  stored times (the session's ``move_time`` by default). Two helpers save
+  the plumbing: ``_answered(question, read)`` reads the server once until the
+  next write (states that need a query per reservation ask it once a step),
+  and ``_moved(read, call, why)`` makes a write accepted only if it changed
+  what ``read`` answers ("accepted" below).
 
 * a **storage** (subclass ``TargetStorage``): ``url -> storage`` with
   ``destination_factory``, ``ledger_factory`` and ``close``; each world it makes
   starts on an emptied server. It opens one *session* on the server (with
   ``empty()``, ``versions()``, ``close()``): naming its ledger, session and
   URL schemes (``LEDGER``, ``SESSION``, ``URL_SCHEMES``) is the whole storage.
+  ``images.RedisSession`` and ``images.PostgresSession`` are such sessions;
+  a Redis one names its library's distributions in ``LIBRARIES`` for
+  ``versions()``.
 
 * a **row** (``fence.targets.Target``) naming the storage, the model policy the
   system claims and how its recovery and time work.
@@ -95,7 +102,9 @@ guard's recovery, with the same calls the janitor's settle makes (abandon the
 attempt unless it committed, then complete the job, or give it back and run
 it afresh). Until that settle the job is ``outcome_unknown`` and the worker's
 memory is the only place the failure is kept, so a target records it itself:
-``_fail`` returns ``self._fail_through_guard(record)``, which refuses unless
+``GUARD_CATCHES_FAILURES = True`` on the ledger makes the guarded row's
+``fail`` ``self._fail_through_guard(record)`` (``_fail`` is then only the
+shipped row's handler), which refuses unless
 the reservation is still ``reserved`` (the recovery took the lease back
 first), and from then on reports it ``outcome_unknown`` while the system
 still shows it running. The janitor's ``SETTLE_EXISTING`` / ``SETTLE_UNUSED``

@@ -208,8 +208,11 @@ class RedisSession:
 
     What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
     and what ``TargetLedger`` dumps and loads by; a target adds its library's
-    handle on ``client``.
+    handle on ``client``, and names its library's distributions in ``LIBRARIES`` for ``versions()``.
     """
+
+    LIBRARIES: dict[str, str] = {}
+    """What ``versions()`` reports beside the server: {name: the pip distribution whose version it is}."""
 
     def __init__(
         self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
@@ -243,7 +246,10 @@ class RedisSession:
         self.database.empty()
 
     def versions(self) -> dict[str, str]:
-        return {"redis": self.client.info("server")["redis_version"]}
+        from importlib.metadata import version
+
+        return {**{name: version(dist) for name, dist in self.LIBRARIES.items()},
+                "redis": self.client.info("server")["redis_version"]}
 
     @cached_property
     def loop(self):
