@@ -163,10 +163,6 @@ class PgqueuerLedger(TargetLedger):
         super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
         """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
-        self._rows: dict[int, Job] | None = None
-        self._logged: dict[int, str] | None = None
-        self._stale: set[tuple[int, uuid.UUID]] | None = None
-        """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
 
     # -- talking to pgqueuer -----------------------------------------------------------
@@ -174,32 +170,26 @@ class PgqueuerLedger(TargetLedger):
     def _queries(self) -> Queries:
         return self._session.queries
 
-    def _forget_reads(self) -> None:
-        self._rows = self._logged = self._stale = None
-
     def _run(self, coroutine):
         """A call that may change pgqueuer's rows: what was read before is read again."""
         self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, Job]:
-        if self._rows is None:
-            self._reading()
-            rows = self._session.run(self._queries.browse_queue(limit=10_000))
-            self._rows = {job.id: job for job in rows}
-        return self._rows
+        return self._answered("rows", lambda: {job.id: job for job in self._session.run(self._queries.browse_queue(
+            limit=10_000))})
 
     def _last_logged(self, job_id: int) -> str | None:
         """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
-        if self._logged is None:
+        def read() -> dict[int, str]:
             ids = sorted({p.job.id for p in self._records().values()})
-            self._reading()
-            self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
-        return self._logged.get(job_id)
+            return dict(self._session.run(self._queries.job_status(ids))) if ids else {}
+
+        return self._answered("logged", read).get(job_id)
 
     def _move_clock(self, ticks: float) -> None:
         """The database's clock moves on: every row's heartbeat and execute_after move back."""
-        self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
+        self._answers.pop("stale", None)  # moving time changes which rows are stale, and nothing else fence reads
         self._restorer.claim(self)
         self._restorer.changing(self)
         self._session.move_time(ticks)
@@ -208,11 +198,8 @@ class PgqueuerLedger(TargetLedger):
         """(job id, queue manager) of every row pgqueuer's stale_jobs lists."""
         if self._lease is None:
             return set()
-        if self._stale is None:
-            self._reading()
-            stale = self._session.run(self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))
-            self._stale = {(job.id, job.queue_manager_id) for job in stale}
-        return self._stale
+        return self._answered("stale", lambda: {(job.id, job.queue_manager_id) for job in self._session.run(
+            self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))})
 
     def _dequeue(self, key: str) -> tuple[Job, uuid.UUID] | None:
         """pgqueuer's dequeue for the key's entrypoint, by a queue manager of its own: a fresh pick or a stale re-pick."""

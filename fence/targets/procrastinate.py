@@ -223,35 +223,23 @@ class ProcrastinateLedger(TargetLedger):
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._rows: dict[int, procrastinate_jobs.Job] | None = None
-        self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
-        """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
 
     # -- talking to procrastinate ------------------------------------------------------
-    def _forget_reads(self) -> None:
-        self._rows = self._stalled_jobs = None
-
     def _run(self, coroutine):
         """A call that may change procrastinate's rows: what was read before is read again."""
         self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, procrastinate_jobs.Job]:
-        if self._rows is None:
-            self._reading()
-            jobs = self._session.run(self._session.app.job_manager.list_jobs_async())
-            self._rows = {job.id: job for job in jobs}
-        return self._rows
+        manager = self._session.app.job_manager
+        return self._answered("rows", lambda: {job.id: job for job in self._session.run(manager.list_jobs_async())})
 
     def _stalled(self) -> list[procrastinate_jobs.Job]:
         if self._lease is None:
             return []
-        if self._stalled_jobs is None:
-            self._reading()
-            self._stalled_jobs = list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=stalled_after(self._lease))))
-        return self._stalled_jobs
+        return self._answered("stalled", lambda: list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
+            seconds_since_heartbeat=stalled_after(self._lease)))))
 
     # -- reading ------------------------------------------------------------------------
     def _state(self, fetch: _Fetch) -> ReservationState:
