@@ -30,7 +30,7 @@ import redis
 from fence import POLICIES
 from fence.targets import Target
 from fence.targets.images import RedisSession
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
 
 
 # -- the library under test -----------------------------------------------------------------
@@ -129,9 +129,8 @@ class JobListLedger(TargetLedger):
 
     def _started_only(self, take: Take, call, what: str) -> None:
         """The job list refuses nothing: ``call`` is accepted only if it took the job off the started set."""
-        self._writing()
-        only_if_it_moves(lambda: self._session.client.zscore(f"started:{take.key}", take.job_id), call,
-                         f"{what}({take.job_id}) changed nothing: the job was not started")
+        self._moved(lambda: self._session.client.zscore(f"started:{take.key}", take.job_id), call,
+                    f"{what}({take.job_id}) changed nothing: the job was not started")
 
     def _confirm(self, take: Take, move: Move) -> None:
         self._started_only(take, lambda: self._session.jobs.finish(take.key, take.job_id), "finish")

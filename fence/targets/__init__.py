@@ -42,6 +42,12 @@ Writing a target of your own needs only this package's public modules:
     ``RedisSession``) and of PostgreSQL tables with their sequences
     (``PostgresTables``), time kept as ticks.
 
+(Both import their parts from ``ledger``, ``storage``, ``model_time``,
+``redis_image`` and ``postgres_image``: import from the two above.) The
+guard's recovery for celery and pgqueuer, as a user runs it beside the
+workers, is in ``celery_recovery`` and ``pgqueuer_recovery``; the other
+adapters keep theirs in their own module.
+
 ``examples/redis_job_list.py`` is such a target, outside fence, in about a
 hundred lines; ``fence.testing.check_target`` runs your ``Target`` as it runs a
 row of ``TARGETS``. The shipped rows are written the same way, so every one is

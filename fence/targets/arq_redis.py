@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from importlib.metadata import version
 
 from arq import Worker, func
 from arq.connections import ArqRedis, RedisSettings, create_pool
@@ -35,8 +34,7 @@ from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 from fence.guard import Guard
 from fence.targets.images import RedisImage, RedisSession
 from fence.targets.protocol import (
-    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves,
-    refused_unless,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -90,7 +88,7 @@ class Pick:
 class ArqLedger(TargetLedger):
     """A reserve is ``start_jobs`` (after ``enqueue_job``), a confirm or failure ``finish_job`` (see the module doc)."""
 
-    JOB, JANITOR = "job_id", "arq's janitor"
+    JOB, JANITOR, GUARD_CATCHES_FAILURES = "job_id", "arq's janitor", True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
@@ -140,19 +138,15 @@ class ArqLedger(TargetLedger):
 
     def _finish(self, job_id: str, move: Move, success: bool) -> None:
         """arq's ``Worker.finish_job``; accepted only if it took the job off the queue (arq refuses nothing)."""
-        self._writing()
-        only_if_it_moves(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
-                         f"arq's finish_job({job_id}) changed nothing: the job was finished already")
+        self._moved(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
+                    f"arq's finish_job({job_id}) changed nothing: the job was finished already")
         self._finished(job_id, move)
 
     def _confirm(self, pick: Pick, move: Move) -> None:
         self._finish(pick.job_id, move, success=True)
 
-    def _fail(self, pick: Pick) -> Pick | None:
-        if self.guarded:
-            return self._fail_through_guard(pick)
+    def _fail(self, pick: Pick) -> None:
         self._finish(pick.job_id, Move.FAIL, success=False)  # run_job: a task that raised is finished, failed
-        return None
 
     def _release(self, pick: Pick) -> None:
         self._released.add(pick.reservation_id)  # arq's recovery is the expiry: the next start_jobs re-picks
@@ -187,6 +181,8 @@ def canonical_image(image: RedisImage) -> RedisImage:
 
 class Session(RedisSession):
     """arq's pool (``create_pool``) and a ``Worker`` per lease beside fence's client, on one event loop."""
+
+    LIBRARIES = {"arq": "arq", "redis-py": "redis"}
 
     def __init__(self, url: str) -> None:
         super().__init__(url, TIME)
@@ -223,9 +219,6 @@ class Session(RedisSession):
         result = serialize_result(TASK_NAME, (), {}, 1, 0, success, "done" if success else RuntimeError("raised"),
                                   0, 0, f"{job_id}:{TASK_NAME}", default_queue_name, job_id=job_id)
         self.run(worker.finish_job(job_id, True, result, worker.keep_result_s, False, None, None))
-
-    def versions(self) -> dict[str, str]:
-        return {"arq": version("arq"), "redis-py": version("redis"), **super().versions()}
 
     def close(self) -> None:
         try:

@@ -53,18 +53,8 @@ counts, as the model's late ack beats the janitor); its settle is
 ``basic_ack(tag)`` when the guard found the attempt committed, or
 ``basic_reject(tag, requeue=False)`` when it abandoned it; the retry publishes
 a fresh message (a new task id and a new delivery tag), so that a stale ack
-can never touch the retry's delivery. ``recover_expired`` is that recovery as
-a user runs it (a periodic task or a loop beside the workers)::
-
-    guard = Guard.open(DATABASE_URL)
-
-    @app.task(bind=True, acks_late=True)
-    def send_ticket(self, key, body):
-        with guard.attempt(key, attempt_id(key, self.request.id)) as attempt:
-            attempt.commit(body)
-
-    app.conf.broker_transport_options = {"visibility_timeout": 10 * LEASE}  # kombu never restores first
-    recover_expired(app, guard, lease_seconds=LEASE)  # every few seconds
+can never touch the retry's delivery. ``recover_expired`` (``fence.targets.celery_recovery``)
+is that recovery as a user runs it.
 
 A worker whose task **fails** (``fail``) makes the call celery's worker makes for
 an ``acks_late`` task that raised (``Request.on_failure``): with
@@ -91,17 +81,12 @@ that was restored, rejected or taken again is ``unused``. These are the
 system's answers: the lockstep compares them with the model, and the observer
 never reads them.
 
-Time moves without sleeping: a model tick is ``TICK_SECONDS`` of Redis time,
-and moving the clock on moves every delivery time in ``unacked_index`` back by
-that much (ZINCRBY): the only writes fence makes to kombu's keys itself, with
-the FLUSHDB that empties the database for each world and the explorer's
-restores (the ledger is restorable, ``fence.targets.protocol``: its ``Image`` is every
-key, delivery times as ticks; its ``snapshot()`` names delivery tags and task
-ids by rank). A lease
-of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``: the
-half tick absorbs the milliseconds of real time between two calls, so a
-message becomes visible from the tick its lease runs out, never a tick early
-or late.
+Time moves without sleeping (``fence.targets.protocol``, "Model time"): a tick
+is ``TICK_SECONDS`` of Redis time; moving it moves every delivery time in
+``unacked_index`` back, the only write fence makes to kombu's keys itself
+besides each world's FLUSHDB and the explorer's restores (the image is every
+key, delivery times as ticks; ``snapshot()`` names tags and task ids by rank).
+A lease of L ticks is a ``visibility_timeout`` of ``(L - 1/2) * TICK_SECONDS``.
 
 The destination is fence's own in-memory one (``TicketService``, held to its
 SQL versions by tests/test_backends.py): the system under test is the queue.
@@ -113,21 +98,18 @@ import copy
 import json
 import time
 from dataclasses import dataclass
-from importlib.metadata import version
 from typing import Callable
 
 import celery
 import kombu
 import redis
-from kombu.transport import redis as kombu_redis
-from kombu.transport.redis import Mutex, MutexHeld
 
-from fence import Decision
-from fence.guard import Guard
-from fence.targets.images import RedisDatabase, RedisImage, dump_redis, load_redis, ranked_ids
+from fence.targets.celery_recovery import (  # the recipe, importable from here as before
+    UNACKED, UNACKED_INDEX, attempt_id, recover_expired, tags_past, task_key, unacked_message,
+)
+from fence.targets.images import RedisImage, RedisSession, dump_redis, load_redis, ranked_ids
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger,
-    TargetStorage, only_if_it_moves,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage,
 )
 
 TIME = ModelTime(tick_seconds=600.0)
@@ -138,9 +120,6 @@ TASK_NAME = "fence_ticket"
 NEVER_WITHIN_A_RUN = 10_000 * TICK_SECONDS
 """The guarded target's kombu ``visibility_timeout``: its own restore never fires in a run."""
 
-UNACKED = kombu_redis.Channel.unacked_key
-UNACKED_INDEX = kombu_redis.Channel.unacked_index_key
-"""kombu's keys for unacked messages (tag -> message) and their delivery times (tag -> seconds)."""
 BINDINGS = b"_kombu.binding"
 """The prefix of kombu's binding keys (``_kombu.binding.<exchange>``, ``_kombu.binding_permanent.<exchange>``)."""
 
@@ -162,86 +141,6 @@ def make_app(url: str, *, visibility_timeout: float) -> celery.Celery:
         raise RuntimeError("fence drives this task's attempts itself")
 
     return app
-
-
-# -- what restore_visible sees --------------------------------------------------------------
-def tags_past(client: redis.Redis, seconds: float, index_key: str = UNACKED_INDEX) -> list[str]:
-    """The delivery tags unacked for longer than ``seconds``, in the order restore_visible takes them.
-
-    The same query as ``QoS.restore_visible`` (newest delivery first); a read.
-    """
-    ceil = time.time() - seconds
-    found = client.zrange(index_key, ceil, 0, desc=True, byscore=True)
-    return [tag.decode() for tag in found]
-
-
-def unacked_message(client: redis.Redis, channel, tag: str):
-    """The message kombu holds unacked under ``tag`` (a kombu Message), its exchange and routing key; or None."""
-    from kombu.utils.json import loads
-
-    stored = client.hget(channel.unacked_key, tag)
-    if stored is None:
-        return None
-    raw, exchange, routing_key = loads(stored)
-    return channel.Message(raw, channel=channel), exchange, routing_key
-
-
-# -- the recovery, as a user runs it ------------------------------------------------------
-def attempt_id(key: str, task_id: str) -> str:
-    """One attempt's identity: the key and the celery task id (the guarded retry is a fresh message)."""
-    return f"{key}@{task_id}"
-
-
-def task_key(args, kwargs) -> str:
-    """A task's idempotency key: its ``key`` keyword argument, else its first positional argument."""
-    if "key" in kwargs:
-        return kwargs["key"]
-    if args:
-        return args[0]
-    raise ValueError("the task has no key argument: fence.guard keys a task by its 'key' or first argument")
-
-
-def recover_expired(
-    app: celery.Celery, guard: Guard, *, lease_seconds: float,
-    key_of: Callable[[tuple, dict], str] = task_key,
-) -> list[tuple[str, Decision]]:
-    """What to run instead of kombu's restore_visible: abandon before redelivering.
-
-    For each message unacked for longer than ``lease_seconds`` (the query
-    restore_visible makes): abandon its attempt at the destination unless it
-    committed (``Guard.recover``), then ack it (its effect exists) or reject it
-    and publish a fresh message for the same task and arguments (a new task id,
-    a new delivery tag). Under the lock restore_visible takes, so that two
-    recoveries never work at once. kombu's ``visibility_timeout`` must stay far
-    above ``lease_seconds``, or kombu restores the message itself first.
-    The fresh message carries the task's name, arguments and queue, not the
-    first one's other options (priority, eta, headers of your own).
-    Returns [(task id, Decision)] for the messages it settled.
-    """
-    settled = []
-    with app.connection_for_write() as connection:
-        channel = connection.default_channel
-        client = channel.client
-        try:
-            with Mutex(client, channel.unacked_mutex_key, channel.unacked_mutex_expire):
-                for tag in tags_past(client, lease_seconds, channel.unacked_index_key):
-                    held = unacked_message(client, channel, tag)
-                    if held is None:
-                        continue  # its worker acked it in the meantime
-                    message, _, routing_key = held
-                    args, kwargs, _ = message.decode()
-                    key = key_of(args, kwargs)
-                    decision = guard.recover(key, attempt_id(key, message.headers["id"]))
-                    if decision is Decision.EXISTING:
-                        channel.basic_ack(tag)
-                    else:
-                        channel.basic_reject(tag, requeue=False)
-                        app.send_task(message.headers["task"], args=args, kwargs=kwargs, queue=routing_key,
-                                      connection=connection)
-                    settled.append((message.headers["id"], decision))
-        except MutexHeld:
-            return []  # another recovery is at work
-    return settled
 
 
 # -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
@@ -299,6 +198,7 @@ class CeleryLedger(TargetLedger):
     """
 
     JOB = "tag"  # as shipped, a restored message is taken again under its tag
+    GUARD_CATCHES_FAILURES = True  # the task's guard wrapper catches it and settles through the guard (module doc)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
@@ -307,9 +207,6 @@ class CeleryLedger(TargetLedger):
         self._published: set[str] = set()
         self._acked: dict[str, tuple[str, Move]] = {}
         """tag -> (the delivery it was unacked under when a move removed it, that move)."""
-        self._unacked_tags: set[str] | None = None
-        self._visible: list[str] | None = None
-        """What Redis answered since the last call that may change it."""
         self._restoring(session.restorer)  # the database as it is now: the storage emptied it
 
     # -- the image (fence.targets.protocol) ---------------------------------------------------------
@@ -324,24 +221,17 @@ class CeleryLedger(TargetLedger):
         self._forget_reads()
 
     # -- talking to Redis ----------------------------------------------------------------
-    def _forget_reads(self) -> None:
-        self._unacked_tags = self._visible = None
-
-    def _read(self) -> None:
+    def _read(self) -> tuple[set[str], list[str]]:
         """Which tags kombu holds unacked, and which restore_visible's query lists: one round trip."""
-        self._reading()
         with self._session.client.pipeline(transaction=False) as pipe:
             pipe.hkeys(UNACKED)
             if self._lease is not None:
                 pipe.zrange(UNACKED_INDEX, time.time() - self._timeout(), 0, desc=True, byscore=True)
             answers = pipe.execute()
-        self._unacked_tags = {tag.decode() for tag in answers[0]}
-        self._visible = [tag.decode() for tag in answers[1]] if self._lease is not None else []
+        return {tag.decode() for tag in answers[0]}, [tag.decode() for tag in answers[1]] if self._lease is not None else []
 
     def _unacked(self) -> set[str]:
-        if self._unacked_tags is None:
-            self._read()
-        return self._unacked_tags
+        return self._answered("tags", self._read)[0]
 
     def _janitor_channel(self):
         """The janitor's channel: restore_visible reads ``visibility_timeout`` from it (as shipped)."""
@@ -353,14 +243,7 @@ class CeleryLedger(TargetLedger):
 
     def _visible_tags(self) -> list[str]:
         """The tags restore_visible's query lists (``tags_past``), read with the unacked tags."""
-        if self._visible is None:
-            self._read()
-        return self._visible
-
-    def _move_clock(self, ticks: float) -> None:
-        """Redis' clock moves on: every delivery time in unacked_index moves back."""
-        self._writing()
-        self._session.database.move_time(ticks)
+        return self._answered("tags", self._read)[1]
 
     # -- reading ------------------------------------------------------------------------
     def _state(self, delivery: _Delivery) -> ReservationState:
@@ -440,15 +323,9 @@ class CeleryLedger(TargetLedger):
 
     def _removing(self, delivery: _Delivery, move: Move, call: Callable[[], None], what: str) -> None:
         """Make kombu's ``call`` on its tag: accepted only if it removed the tag from unacked (kombu refuses nothing)."""
-
-        def call_writing() -> None:
-            self._writing()
-            call()
-            self._forget_reads()
-
-        only_if_it_moves(lambda: delivery.tag in self._unacked(), call_writing,
-                         f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
-                         "(restored, rejected or acked before), and kombu accepts the call without a word")
+        self._moved(lambda: delivery.tag in self._unacked(), call,
+                    f"kombu's {what} removed nothing: no delivery of its tag was unacked any more "
+                    "(restored, rejected or acked before), and kombu accepts the call without a word")
         self._acked[delivery.tag] = (self._newest(delivery).reservation_id, move)
 
     def _confirm(self, delivery: _Delivery, move: Move) -> None:
@@ -456,24 +333,14 @@ class CeleryLedger(TargetLedger):
         self._removing(delivery, move, self._messages[delivery.reservation_id].message.ack,
                        f"ack of {delivery.reservation_id}")
 
-    def _fail(self, delivery: _Delivery) -> _Delivery | None:
-        """The worker's task raised: celery's acks_late failure path on the message it took.
-
-        ``Message.ack()`` when the app's ``task_acks_on_failure_or_timeout`` is on
-        (celery's default), else ``Message.reject(requeue=False)``: what
-        ``Request.on_failure`` makes. kombu checks nothing but the tag: one whose
-        tag is no longer unacked is refused because nothing moved. Guarded,
-        celery's handler never runs: see the module doc.
-        """
-        if self.guarded:  # the task's guard wrapper catches it and settles through the guard (module doc)
-            return self._fail_through_guard(delivery)
+    def _fail(self, delivery: _Delivery) -> None:
+        """The worker's task raised: celery's acks_late failure path (``Request.on_failure``, see the module doc)."""
         message = self._messages[delivery.reservation_id].message
         if self._session.app.conf.task_acks_on_failure_or_timeout:
             call, what = message.ack, "ack on failure"
         else:
             call, what = (lambda: message.reject(requeue=False)), "reject(requeue=False) on failure"
         self._removing(delivery, Move.FAIL, call, f"{what} of {delivery.reservation_id}")
-        return None
 
     def _release(self, delivery: _Delivery) -> None:
         self._restore_visible(delivery.tag)
@@ -504,7 +371,7 @@ class CeleryLedger(TargetLedger):
 
 
 # -- one connection per storage, an emptied database per world ------------------------------
-class Session:
+class Session(RedisSession):
     """One celery App on one Redis database, its kombu connections, and fence's own redis-py client beside them.
 
     fence's client reads kombu's keys (for the ledger's states, which the
@@ -512,19 +379,15 @@ class Session:
     database between worlds; every queue move goes through celery and kombu.
     """
 
+    LIBRARIES = {"celery": "celery", "kombu": "kombu", "redis-py": "redis"}
+
     def __init__(self, url: str, *, visibility_timeout: float) -> None:
-        self.url = url
-        self.client = None
+        super().__init__(url, TIME, timestamps=(UNACKED_INDEX,))
         self._connections: dict[float | None, kombu.Connection] = {}
         self._channels: list = []
         self._workers: dict[str, object] = {}
         self._janitors: dict[float, object] = {}
-        self.restorer = Restorer()
-        """Which ledger's image the Redis database holds (fence.targets.protocol)."""
         try:
-            self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
-            self.client.ping()
-            self.database = RedisDatabase(self.client, TIME, timestamps=(UNACKED_INDEX,))
             self.app = make_app(url, visibility_timeout=visibility_timeout)
             self.producer = self.app.amqp.Producer(self._connection(None))
         except Exception as error:
@@ -582,23 +445,13 @@ class Session:
         self._workers = {}
         self._janitors = {}
 
-    def empty(self) -> None:
-        """Empty the database for a fresh world (the ledger using it keeps its image); channels are kept."""
-        self.restorer.release()
-        self.client.flushdb()
-
-    def versions(self) -> dict[str, str]:
-        return {"celery": version("celery"), "kombu": version("kombu"), "redis-py": version("redis"),
-                "redis": self.client.info("server")["redis_version"]}
-
     def close(self) -> None:
         try:
             self._close_channels()
             for connection in self._connections.values():
                 connection.release()
         finally:
-            if self.client is not None:
-                self.client.close()
+            super().close()
 
 
 class CeleryStorage(TargetStorage):

@@ -123,21 +123,14 @@ class _Claim:
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
-    JOB, EITHER_RECOVERY = "key", True
+    JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES = "key", True, True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._rows: dict[str, dict] | None = None
         self._restoring(session.restorer)
 
-    def _forget_reads(self) -> None:
-        self._rows = None
-
     def _workflows(self) -> dict[str, dict]:
-        if self._rows is None:
-            self._reading()
-            self._rows = {row["workflow_uuid"]: row for row in self._session.workflows()}
-        return self._rows
+        return self._answered("workflows", lambda: {row["workflow_uuid"]: row for row in self._session.workflows()})
 
     def _state(self, claim: _Claim) -> ReservationState:
         row = self._workflows().get(claim.key, {})
@@ -189,11 +182,8 @@ class DbosLedger(TargetLedger):
         self._finish(claim, "SUCCESS")
         self._finished(claim.key, move)
 
-    def _fail(self, claim: _Claim) -> _Claim | None:
-        if self.guarded:
-            return self._fail_through_guard(claim)
+    def _fail(self, claim: _Claim) -> None:
         self._finish(claim, "ERROR")
-        return None
 
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Claim:
         published = key in self._workflows()

@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from importlib.metadata import version
 
 import dramatiq
 from dramatiq.brokers.redis import MAINTENANCE_SCALE, RedisBroker
@@ -41,7 +40,7 @@ from dramatiq.common import current_millis, dq_name, xq_name
 from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import RedisImage, RedisSession, ranked_ids
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, only_if_it_moves
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of Redis time: a retry's first backoff (15-30 s) is due a tick on."""
@@ -166,6 +165,8 @@ class _Take:
 class DramatiqLedger(TargetLedger):
     """fence's ledger protocol on dramatiq's RedisBroker (see the module doc)."""
 
+    GUARD_CATCHES_FAILURES = True
+
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._published: set[str] = set()
@@ -233,10 +234,9 @@ class DramatiqLedger(TargetLedger):
     # -- moving -------------------------------------------------------------------------
     def _moving(self, take: _Take, call, move: Move, what: str, also=lambda: None) -> None:
         """dramatiq's ``call`` for ``take``: accepted only if it changed the worker's ack set (or ``also``)."""
-        self._writing()
-        only_if_it_moves(lambda: (self._held_by_worker(take), also()), call,
-                         f"{what} of {take.reservation_id} changed nothing: its message is no longer in its worker's "
-                         "ack set, and dramatiq takes the call without a word")
+        self._moved(lambda: (self._held_by_worker(take), also()), call,
+                    f"{what} of {take.reservation_id} changed nothing: its message is no longer in its worker's "
+                    "ack set, and dramatiq takes the call without a word")
         self._finished(take.reservation_id, move)
 
     def _proxy(self, take: _Take) -> dramatiq.MessageProxy:
@@ -246,9 +246,7 @@ class DramatiqLedger(TargetLedger):
         consumer = self._session.worker(take.reservation_id).consume(take.key, prefetch=1, timeout=0)
         self._moving(take, lambda: consumer.ack(self._proxy(take)), move, "ack")
 
-    def _fail(self, take: _Take) -> _Take | None:
-        if self.guarded:
-            return self._fail_through_guard(take)
+    def _fail(self, take: _Take) -> None:
         worker = self._session.worker(take.reservation_id)
         message = self._proxy(take)
 
@@ -262,7 +260,6 @@ class DramatiqLedger(TargetLedger):
 
         delayed = lambda: self._session.client.hlen(f"{NS}:{dq_name(take.key)}.msgs")  # noqa: E731
         self._moving(take, raised, Move.FAIL, "the failure handler", also=delayed)
-        return None
 
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Take:
         worker = self._session.worker(reservation_id)
@@ -303,6 +300,8 @@ class DramatiqLedger(TargetLedger):
 class Session(RedisSession):
     """fence's client on one Redis database; a worker broker per reservation id, one janitor broker."""
 
+    LIBRARIES = {"dramatiq": "dramatiq", "redis-py": "redis"}
+
     def __init__(self, url: str) -> None:
         super().__init__(url, TIME, milliseconds=MS_TIMESTAMPS)
         self._workers: dict[str, RedisBroker] = {}
@@ -315,8 +314,6 @@ class Session(RedisSession):
             self._workers[reservation_id] = make_broker(self.client)
         return self._workers[reservation_id]
 
-    def versions(self) -> dict[str, str]:
-        return {"dramatiq": version("dramatiq"), "redis-py": version("redis"), **super().versions()}
 
 
 class DramatiqStorage(TargetStorage):

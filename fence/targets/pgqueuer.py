@@ -91,26 +91,22 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import psycopg
 from pgqueuer import Job, Queries
-from pgqueuer.domain.errors import DuplicateJobError
-from pgqueuer.domain.models import TracebackRecord
 from pgqueuer.queries import EntrypointExecutionParameter
 
-from fence import Decision
-from fence.guard import Guard, GuardedAttempt
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
-from fence.targets.protocol import (
-    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
+from fence.targets.pgqueuer_recovery import (  # the recipe, importable from here as before
+    KEY_HEADER, attempt_id, complete, enqueue_keyed, ensure_schema, fail_job, guarded_attempt, key_of, log_statuses,
+    picks_of, recover_repick, settle_existing, settle_failure, settle_unused,
 )
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of the database's clock."""
 TICK_SECONDS = TIME.tick_seconds
-KEY_HEADER = "fence_key"
-"""The job header that carries its idempotency key (pgqueuer's Job has no dedupe_key field)."""
 
 S = ReservationState
 
@@ -118,150 +114,6 @@ S = ReservationState
 def heartbeat_timeout(lease_ticks: float) -> timedelta:
     """pgqueuer's ``heartbeat_timeout`` for a lease of that many ticks (see the module doc)."""
     return timedelta(seconds=TIME.timeout(lease_ticks))
-
-
-async def ensure_schema(queries: Queries) -> None:
-    """pgqueuer's schema through its own install (or upgrade), once per database, under its lock."""
-    async with queries.schema_lock():
-        if await queries.schema_is_installed():
-            await queries.upgrade()
-        else:
-            await queries.install()
-
-
-# -- the recovery, as a user runs it ------------------------------------------------------
-async def enqueue_keyed(queries: Queries, entrypoint: str, payload: bytes | None, key: str) -> int:
-    """Enqueue a job for ``key``: its dedupe_key (one live job per key) and the header fence.guard reads."""
-    try:
-        (job_id,) = await queries.enqueue(entrypoint, payload, dedupe_key=key, headers={KEY_HEADER: key})
-    except DuplicateJobError as error:
-        raise IllegalMove(f"pgqueuer refused enqueue({entrypoint!r}, dedupe_key={key!r}): "
-                          f"{type(error).__name__} {error}".rstrip()) from None
-    return job_id
-
-
-def key_of(job: Job) -> str:
-    """A job's idempotency key: the header ``enqueue_keyed`` set."""
-    key = (job.headers or {}).get(KEY_HEADER)
-    if not isinstance(key, str):
-        raise ValueError(f"job {job.id} has no {KEY_HEADER!r} header: enqueue it with enqueue_keyed")
-    return key
-
-
-def attempt_id(job: Job, pick: int) -> str:
-    """One attempt's identity: the key, the row and which pick of that row it is."""
-    return f"{key_of(job)}@{job.id}.{pick}"
-
-
-async def log_statuses(queries: Queries, job_id: int) -> list[str]:
-    """The statuses pgqueuer's log holds for one job, oldest first: ``job_log_history``'s own query.
-
-    Read through the query builder rather than ``Queries.job_log_history``:
-    with psycopg, a log row that carries a traceback comes back as a dict,
-    and pgqueuer 1.6's ``Log`` model (which parses it as JSON text) raises
-    TypeError on it, so a job once retried with a traceback could not be read.
-    """
-    rows = await queries.driver.fetch(queries.qbq.build_job_log_history_query(), job_id, 10_000)
-    return [row["status"] for row in rows]
-
-
-async def picks_of(queries: Queries, job: Job) -> int:
-    """How many times pgqueuer's dequeue has picked this row: its ``picked`` entries in pgqueuer's log."""
-    return (await log_statuses(queries, job.id)).count("picked")
-
-
-async def complete(queries: Queries, job: Job, status: str, traceback: TracebackRecord | None = None) -> None:
-    """``log_jobs`` for one job, as pgqueuer's queue manager flushes it; IllegalMove if no row had its id.
-
-    pgqueuer changes nothing, and says nothing, when the row is gone: fence
-    reads whether it was there first (one connection, so nothing moves between).
-    """
-    present = await queries.queue_job_by_id(job.id)
-    await queries.log_jobs([(job, status, traceback)])
-    refused_unless(present is not None, f"pgqueuer's log_jobs({job.id}, {status}) changed nothing: no row {job.id} in its queue")
-
-
-async def settle_existing(queries: Queries, job: Job) -> None:
-    """The recovery found the effect: the re-picked row is logged ``successful``."""
-    await complete(queries, job, "successful")
-
-
-async def settle_unused(queries: Queries, job: Job) -> int:
-    """The recovery abandoned the attempt: log the re-picked row as an exception, enqueue a fresh row.
-
-    The fresh row has a new id, so the stale worker's late ``log_jobs`` (by the
-    old id) meets no row. Two calls, not one transaction: a recovery that dies
-    between them leaves the job logged with no fresh row (never run twice,
-    possibly never again; pgqueuer has no call that does both).
-    """
-    record = TracebackRecord(
-        job_id=job.id, timestamp=datetime.now(timezone.utc), exception_type="Abandoned",
-        exception_message="abandoned by fence.guard after a stale re-pick; retried on a fresh row",
-        traceback="", additional_context=None,
-    )
-    await complete(queries, job, "exception", record)
-    return await enqueue_keyed(queries, job.entrypoint, job.payload, key_of(job))
-
-
-async def fail_job(queries: Queries, job: Job) -> None:
-    """What pgqueuer's queue manager logs when an entrypoint with its default ``on_failure="delete"`` raised.
-
-    ``log_jobs`` with status ``exception`` (``log_failure``): the row goes,
-    keyed by the job id alone; IllegalMove if no row had that id. The traceback
-    is a fixed one (pgqueuer's carries a timestamp and the raising frames,
-    which decide nothing here).
-    """
-    record = TracebackRecord(
-        job_id=job.id, timestamp=datetime.now(timezone.utc), exception_type="TaskFailed",
-        exception_message="the entrypoint raised", traceback="", additional_context=None,
-    )
-    await complete(queries, job, "exception", record)
-
-
-async def settle_failure(queries: Queries, guard: Guard, job: Job) -> Decision:
-    """A guarded entrypoint's ``except`` block: settle its own job through the guard, as after a stale re-pick.
-
-    Abandons every pick's attempt unless one committed (this one included),
-    then logs the row successful, or as an exception with a fresh row.
-    pgqueuer's own log of the failure that follows meets no row and changes nothing.
-    """
-    return await recover_repick(queries, guard, job, await picks_of(queries, job) + 1)
-
-
-async def recover_repick(queries: Queries, guard: Guard, job: Job, pick: int) -> Decision:
-    """A stale re-pick's recovery: abandon every earlier pick's attempt unless one committed, then settle.
-
-    EXISTING: the row is logged successful. UNUSED: every earlier attempt can
-    never write; the row is logged as an exception and a fresh row enqueued.
-    """
-    decision = Decision.UNUSED
-    for earlier in range(1, pick):
-        decision = guard.recover(key_of(job), attempt_id(job, earlier))
-    if decision is Decision.EXISTING:
-        await settle_existing(queries, job)
-    else:
-        await settle_unused(queries, job)
-    return decision
-
-
-async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAttempt | None:
-    """What a pgqueuer entrypoint calls first: its guarded attempt, or None when this run was a recovery.
-
-    pgqueuer's dequeue re-picks a stale job on the same row and cannot be told
-    not to, so the run it starts decides: a first pick gets its attempt
-    (``with attempt: attempt.commit(payload)``); a re-pick (the row's log has
-    more than one pick) recovers instead (``recover_repick``) and returns
-    None: the task returns without running its body.
-
-    Any second pick of a row is recovered this way, including a job the task
-    retried with ``RetryRequested`` (``retry_job`` re-queues the same row): it
-    too runs again on a fresh row, with its delay and attempt count dropped.
-    """
-    pick = await picks_of(queries, job)
-    if pick > 1:
-        await recover_repick(queries, guard, job, pick)
-        return None
-    return guard.attempt(key_of(job), attempt_id(job, pick))
 
 
 # -- the ledger's image: what the explorer copies (fence.targets.protocol) ----------------------------
@@ -305,15 +157,12 @@ class PgqueuerLedger(TargetLedger):
     """
 
     JOB = "job_id"  # as shipped, a row is picked again and again
+    GUARD_CATCHES_FAILURES = True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
         self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
         """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
-        self._rows: dict[int, Job] | None = None
-        self._logged: dict[int, str] | None = None
-        self._stale: set[tuple[int, uuid.UUID]] | None = None
-        """What browse_queue, job_status and stale_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
 
     # -- talking to pgqueuer -----------------------------------------------------------
@@ -321,32 +170,26 @@ class PgqueuerLedger(TargetLedger):
     def _queries(self) -> Queries:
         return self._session.queries
 
-    def _forget_reads(self) -> None:
-        self._rows = self._logged = self._stale = None
-
     def _run(self, coroutine):
         """A call that may change pgqueuer's rows: what was read before is read again."""
         self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, Job]:
-        if self._rows is None:
-            self._reading()
-            rows = self._session.run(self._queries.browse_queue(limit=10_000))
-            self._rows = {job.id: job for job in rows}
-        return self._rows
+        return self._answered("rows", lambda: {job.id: job for job in self._session.run(self._queries.browse_queue(
+            limit=10_000))})
 
     def _last_logged(self, job_id: int) -> str | None:
         """The job's last status in pgqueuer's log (where a completed row's outcome is kept)."""
-        if self._logged is None:
+        def read() -> dict[int, str]:
             ids = sorted({p.job.id for p in self._records().values()})
-            self._reading()
-            self._logged = dict(self._session.run(self._queries.job_status(ids))) if ids else {}
-        return self._logged.get(job_id)
+            return dict(self._session.run(self._queries.job_status(ids))) if ids else {}
+
+        return self._answered("logged", read).get(job_id)
 
     def _move_clock(self, ticks: float) -> None:
         """The database's clock moves on: every row's heartbeat and execute_after move back."""
-        self._stale = None  # moving time changes which rows are stale, and nothing else fence reads
+        self._answers.pop("stale", None)  # moving time changes which rows are stale, and nothing else fence reads
         self._restorer.claim(self)
         self._restorer.changing(self)
         self._session.move_time(ticks)
@@ -355,11 +198,8 @@ class PgqueuerLedger(TargetLedger):
         """(job id, queue manager) of every row pgqueuer's stale_jobs lists."""
         if self._lease is None:
             return set()
-        if self._stale is None:
-            self._reading()
-            stale = self._session.run(self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))
-            self._stale = {(job.id, job.queue_manager_id) for job in stale}
-        return self._stale
+        return self._answered("stale", lambda: {(job.id, job.queue_manager_id) for job in self._session.run(
+            self._queries.stale_jobs(heartbeat_timeout(self._lease), limit=10_000))})
 
     def _dequeue(self, key: str) -> tuple[Job, uuid.UUID] | None:
         """pgqueuer's dequeue for the key's entrypoint, by a queue manager of its own: a fresh pick or a stale re-pick."""
@@ -458,14 +298,11 @@ class PgqueuerLedger(TargetLedger):
         self._run(complete(self._queries, pick.job, "successful"))
         self._finished(pick.job.id, move)
 
-    def _fail(self, pick: _Pick) -> _Pick | None:
+    def _fail(self, pick: _Pick) -> None:
         """The worker's task raised: pgqueuer's log_failure on the job it was given (``fail_job``), keyed by the
         job id alone: refused only when its row is gone (nothing moved). Guarded, the entrypoint catches it
         (``settle_failure``): see the module doc."""
-        if self.guarded:
-            return self._fail_through_guard(pick)
         self._run(fail_job(self._queries, pick.job))
-        return None
 
     def _unexpired_because(self, pick: _Pick) -> str:
         return f"stale_jobs does not list job {pick.job.id} on the queue manager that picked it for {pick.reservation_id}"

@@ -219,38 +219,27 @@ class ProcrastinateLedger(TargetLedger):
 
     JOB = "job_id"  # the shipped recipe fetches one row again and again
     EITHER_RECOVERY = True  # procrastinate's calls serve the guard's policy on the shipped storage too (tests)
+    GUARD_CATCHES_FAILURES = True  # the task's guard wrapper catches its exception (``_fail``'s doc)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
         super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._rows: dict[int, procrastinate_jobs.Job] | None = None
-        self._stalled_jobs: list[procrastinate_jobs.Job] | None = None
-        """What list_jobs and get_stalled_jobs answered since the last call that may change them."""
         self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
 
     # -- talking to procrastinate ------------------------------------------------------
-    def _forget_reads(self) -> None:
-        self._rows = self._stalled_jobs = None
-
     def _run(self, coroutine):
         """A call that may change procrastinate's rows: what was read before is read again."""
         self._writing()
         return self._session.run(coroutine)
 
     def _jobs(self) -> dict[int, procrastinate_jobs.Job]:
-        if self._rows is None:
-            self._reading()
-            jobs = self._session.run(self._session.app.job_manager.list_jobs_async())
-            self._rows = {job.id: job for job in jobs}
-        return self._rows
+        manager = self._session.app.job_manager
+        return self._answered("rows", lambda: {job.id: job for job in self._session.run(manager.list_jobs_async())})
 
     def _stalled(self) -> list[procrastinate_jobs.Job]:
         if self._lease is None:
             return []
-        if self._stalled_jobs is None:
-            self._reading()
-            self._stalled_jobs = list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
-                seconds_since_heartbeat=stalled_after(self._lease))))
-        return self._stalled_jobs
+        return self._answered("stalled", lambda: list(self._session.run(self._session.app.job_manager.get_stalled_jobs(
+            seconds_since_heartbeat=stalled_after(self._lease)))))
 
     # -- reading ------------------------------------------------------------------------
     def _state(self, fetch: _Fetch) -> ReservationState:
@@ -333,7 +322,7 @@ class ProcrastinateLedger(TargetLedger):
         """The worker's finish_job(job, succeeded) on the row it fetched, as procrastinate's worker calls it."""
         self._finish(fetch.job_id, procrastinate_jobs.Status.SUCCEEDED, move)
 
-    def _fail(self, fetch: _Fetch) -> _Fetch | None:
+    def _fail(self, fetch: _Fetch) -> None:
         """procrastinate's worker when the task raises: the task's retry strategy decides retry_job or finish_job(failed).
 
         As ``Worker._process_job`` and ``_persist_job_status`` do it, on the job
@@ -346,8 +335,6 @@ class ProcrastinateLedger(TargetLedger):
         retry is a fresh row, as after a stalled job. Until then only the worker
         knows (``_fail_through_guard``); the janitor's settle makes those finishes.
         """
-        if self.guarded:
-            return self._fail_through_guard(fetch)
         app = self._session.app
         job = self._jobs().get(fetch.job_id)
         if job is None:
@@ -360,7 +347,6 @@ class ProcrastinateLedger(TargetLedger):
         else:
             self._retry(job, retry_at=decision.retry_at, priority=decision.priority, queue=decision.queue,
                         lock=decision.lock)
-        return None
 
     def _retry(self, job: procrastinate_jobs.Job, **retry) -> None:
         try:  # the same row back to todo

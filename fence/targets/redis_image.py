@@ -1,0 +1,274 @@
+"""A Redis database as a target keeps it: its image (``RedisImage``), model time moved on it, and a session.
+
+See ``fence.targets.images`` for what an image holds and how time is kept in it
+(ticks, never instants).
+"""
+
+from __future__ import annotations
+
+import math
+import time as wall
+from fnmatch import fnmatchcase
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Iterable
+
+from fence.base.errors import BackendError
+from fence.model.restore import Restorer
+from fence.targets.model_time import ModelTime
+
+
+@dataclass(frozen=True)
+class RedisImage:
+    """Every key of a Redis database, as a value.
+
+    ``keys`` is a tuple of (key, type, contents), sorted by key: a list's items
+    in order, a hash's and a set's members sorted, a string's value, a sorted
+    set's (member, score) pairs (a timestamp set's scores as ticks ago); all as
+    Redis returns them (bytes). ``ttls`` is (key, whole ticks left) for each key
+    with an expiry.
+    """
+
+    keys: tuple[tuple[bytes, str, object], ...]
+    ttls: tuple[tuple[bytes, int], ...] = ()
+
+
+def _names(names: Iterable[str | bytes]) -> frozenset[bytes]:
+    return frozenset(name.encode() if isinstance(name, str) else name for name in names)
+
+
+def _timed(name: bytes, timestamps: frozenset[bytes]) -> bool:
+    """Is ``name`` one of ``timestamps``, a key name or a glob pattern (``started:*``: one set per job key)?"""
+    return name in timestamps or any(fnmatchcase(name, pattern) for pattern in timestamps)
+
+
+_READERS = {
+    "list": lambda pipe, name: pipe.lrange(name, 0, -1),
+    "hash": lambda pipe, name: pipe.hgetall(name),
+    "set": lambda pipe, name: pipe.smembers(name),
+    "zset": lambda pipe, name: pipe.zrange(name, 0, -1, withscores=True),
+    "string": lambda pipe, name: pipe.get(name),
+}
+
+
+def dump_redis(
+    client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (), milliseconds: Iterable[str | bytes] = (),
+) -> RedisImage:
+    """Every key of the client's database as a ``RedisImage`` (two pipelined round trips).
+
+    ``timestamps`` names the sorted sets whose scores are instants (seconds of
+    the server's clock) the system compares with its clock, by name or glob
+    pattern: kept as ticks ago. ``milliseconds`` names those scored in
+    milliseconds (dramatiq's heartbeats), kept alike.
+    """
+    timed, in_ms = _names(timestamps), _names(milliseconds)
+    names = sorted(client.keys("*"))
+    with client.pipeline(transaction=True) as pipe:
+        for name in names:
+            pipe.type(name)
+            pipe.pttl(name)
+        described = pipe.execute()
+    types = [kind.decode() if isinstance(kind, bytes) else kind for kind in described[0::2]]
+    ttls = tuple((name, math.ceil(ms / 1000 / time.tick_seconds)) for name, ms in zip(names, described[1::2]) if ms >= 0)
+    with client.pipeline(transaction=True) as pipe:
+        for name, kind in zip(names, types):
+            if kind not in _READERS:
+                raise BackendError(f"Redis key {name!r} is a {kind}: fence's image keeps lists, hashes, sets, "
+                                   "sorted sets and strings")
+            _READERS[kind](pipe, name)
+        contents = pipe.execute()
+    now = wall.time()
+    keys = []
+    for name, kind, value in zip(names, types, contents):
+        if kind == "list":
+            value = tuple(value)
+        elif kind == "hash":
+            value = tuple(sorted(value.items()))
+        elif kind == "set":
+            value = tuple(sorted(value))
+        elif kind == "zset":
+            if _timed(name, in_ms):
+                value = tuple((member, time.ticks(now - score / 1000)) for member, score in value)
+            elif _timed(name, timed):
+                value = tuple((member, time.ticks(now - score)) for member, score in value)
+            else:
+                value = tuple(value)
+        keys.append((name, kind, value))
+    return RedisImage(tuple(keys), ttls)
+
+
+def load_redis(
+    client, image: RedisImage, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+    milliseconds: Iterable[str | bytes] = (),
+) -> None:
+    """Make the client's database hold exactly ``image``: FLUSHDB and every key written back, in one transaction."""
+    timed, in_ms = _names(timestamps), _names(milliseconds)
+    now = wall.time()
+    with client.pipeline(transaction=True) as pipe:
+        pipe.flushdb()
+        for name, kind, value in image.keys:
+            if kind == "list":
+                pipe.rpush(name, *value)
+            elif kind == "hash":
+                pipe.hset(name, mapping=dict(value))
+            elif kind == "set":
+                pipe.sadd(name, *value)
+            elif kind == "zset":
+                if _timed(name, in_ms):
+                    pipe.zadd(name, {member: (now - time.seconds(ticks)) * 1000 for member, ticks in value})
+                elif _timed(name, timed):
+                    pipe.zadd(name, {member: now - time.seconds(ticks) for member, ticks in value})
+                else:
+                    pipe.zadd(name, dict(value))
+            else:
+                pipe.set(name, value)
+        for name, ticks in image.ttls:
+            pipe.pexpire(name, max(1, int(time.seconds(ticks - 0.5) * 1000)))
+        pipe.execute()
+
+
+MOVE_BACK = """
+local seconds = tonumber(ARGV[1])
+local scored_in_seconds = tonumber(ARGV[2] or #KEYS)
+for i, name in ipairs(KEYS) do
+    local by = seconds
+    if i > scored_in_seconds then by = seconds * 1000 end
+    for _, member in ipairs(redis.call('ZRANGE', name, 0, -1)) do
+        redis.call('ZINCRBY', name, -by, member)
+    end
+end
+for _, name in ipairs(redis.call('KEYS', '*')) do
+    local left = redis.call('PTTL', name)
+    if left >= 0 then
+        if left <= seconds * 1000 then redis.call('DEL', name) else redis.call('PEXPIRE', name, left - seconds * 1000) end
+    end
+end
+"""
+"""Model time moving on, in Redis, in one atomic script: timestamps back (KEYS; after the first ARGV[2] of them,
+scored in milliseconds), TTLs shorter (a key past its TTL gone)."""
+
+
+class RedisDatabase:
+    """One Redis database as a target keeps it: its image, emptied, and model time moved on it."""
+
+    def __init__(
+        self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (),
+    ) -> None:
+        self.client = client
+        self.time = time
+        self.timestamps = _names(timestamps)
+        self.milliseconds = _names(milliseconds)
+        """The timestamp sets scored in milliseconds (``dump_redis``)."""
+        self._move_back = client.register_script(MOVE_BACK)
+
+    def dump(self) -> RedisImage:
+        return dump_redis(self.client, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
+
+    def load(self, image: RedisImage) -> None:
+        load_redis(self.client, image, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
+
+    def empty(self) -> None:
+        self.client.flushdb()
+
+    def _existing(self, patterns: frozenset[bytes]) -> list[bytes]:
+        return sorted({name for pattern in patterns for name in self.client.keys(pattern)})
+
+    def move_time(self, ticks: float) -> None:
+        """Model time on by ``ticks``: every timestamp set's scores that much earlier, every TTL that much shorter."""
+        in_seconds, in_ms = self._existing(self.timestamps), self._existing(self.milliseconds)
+        self._move_back(keys=in_seconds + in_ms, args=[self.time.seconds(ticks), len(in_seconds)])
+
+    def snapshot(
+        self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
+        canonical: Callable[[object], object] = lambda value: value,
+    ) -> tuple:
+        """``image`` as a snapshot: keys by ``canonical`` name and contents, timestamps and TTLs at model ticks.
+
+        A timestamp set's score is the tick of ``now`` (the ledger's clock) it
+        stands at, a TTL the tick the key expires at; keys whose name starts with
+        one of ``leave_out`` are left out (what decides no answer); hashes, sets
+        and sorted sets are sorted after ``canonical`` renamed them.
+        """
+        ttls = dict(image.ttls)
+        keys = []
+        for name, kind, value in image.keys:
+            if leave_out and name.startswith(leave_out):
+                continue
+            if kind == "zset" and _timed(name, self.timestamps | self.milliseconds):
+                value = tuple((member, now - ticks) for member, ticks in value)
+            value = canonical(value)
+            entry = (canonical(name), kind, tuple(sorted(value)) if kind in ("hash", "set", "zset") else value)
+            keys.append(entry + ((now + ttls[name],) if name in ttls else ()))
+        return tuple(sorted(keys))
+
+
+class RedisSession:
+    """A target's session on one Redis database: a client, its ``RedisDatabase`` and the ``Restorer``.
+
+    What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
+    and what ``TargetLedger`` dumps and loads by; a target adds its library's
+    handle on ``client``, and names its library's distributions in ``LIBRARIES`` for ``versions()``.
+    """
+
+    LIBRARIES: dict[str, str] = {}
+    """What ``versions()`` reports beside the server: {name: the pip distribution whose version it is}."""
+
+    def __init__(
+        self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (),
+    ) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
+        try:
+            self.client.ping()
+        except redis.RedisError as error:
+            self.client.close()
+            raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
+        self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds)
+        self.restorer = Restorer()
+        """Which ledger's image the database holds (``fence.model.restore``)."""
+
+    def dump(self) -> RedisImage:
+        return self.database.dump()
+
+    def move_time(self, ticks: float) -> None:
+        """Model time on by ``ticks`` (``RedisDatabase.move_time``): what ``TargetLedger._move_clock`` calls."""
+        self.database.move_time(ticks)
+
+    def load(self, image: RedisImage) -> None:
+        self.database.load(image)
+
+    def empty(self) -> None:
+        """Empty the database for a fresh world (the ledger using it keeps its image)."""
+        self.restorer.release()
+        self.database.empty()
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {**{name: version(dist) for name, dist in self.LIBRARIES.items()},
+                "redis": self.client.info("server")["redis_version"]}
+
+    @cached_property
+    def loop(self):
+        """An event loop of the session's own, for a library on asyncio (arq): made on first use."""
+        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
+
+        return asyncio.new_event_loop()
+
+    def run(self, coroutine):
+        """``coroutine`` run to its end on the session's ``loop``."""
+        return self.loop.run_until_complete(coroutine)
+
+    def close(self) -> None:
+        try:
+            if "loop" in self.__dict__:
+                self.loop.close()
+        finally:
+            self.client.close()
+
+
+
+__all__ = ["MOVE_BACK", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "load_redis"]
