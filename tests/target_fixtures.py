@@ -28,19 +28,19 @@ SYSTEMS = tuple(row for row, target in TARGETS.items() if row == target.system a
 SERVER_MARK = {"postgres": pytest.mark.postgres, "redis": pytest.mark.redis}
 
 
-def over_systems(not_by_default=frozenset(), only=None) -> list:
+def over_systems(not_by_default=frozenset(), only=None, marks=None) -> list:
     """``pytest.param`` a shipped system, id the system's name, marked with its server.
 
     ``only``: the systems the test applies to (default: every one, so a new
     row gets the test by being added to ``TARGETS``). ``not_by_default``: the
     systems whose case runs only with --run-slow (marked slow), each named
-    with its reason where the test is.
+    with its reason where the test is. ``marks``: more marks of a system's case.
     """
     chosen = [system for system in SYSTEMS if only is None or system in only]
-    unknown = set(not_by_default) - set(SYSTEMS)
+    unknown = (set(not_by_default) | set(marks or {})) - set(SYSTEMS)
     assert not unknown, f"not shipped systems: {sorted(unknown)}"
     return [pytest.param(system, id=system, marks=[SERVER_MARK[TARGETS[system].server]]
-                         + ([pytest.mark.slow] if system in not_by_default else []))
+                         + ([pytest.mark.slow] if system in not_by_default else []) + (marks or {}).get(system, []))
             for system in chosen]
 
 

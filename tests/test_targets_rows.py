@@ -15,7 +15,7 @@ and tests/test_targets_explorer_SYSTEM.py.
 ``NOT_BY_DEFAULT`` sets name the cases that run only with --run-slow: walks
 of minutes, and the cases a per-target file did not run before this suite
 was folded from them, kept out of the default run so that CI's time does not
-grow (they pass with --run-slow).
+grow.
 
 Every test needs its system's server (the session's, see conftest.py) and
 library (the test extra): skipped without them locally, failed under CI.
@@ -329,7 +329,13 @@ PROVED_NOT_BY_DEFAULT = {"procrastinate", "pgqueuer", "dramatiq", "arq", "dbos"}
 """14 s and more; celery's takes the same path in every run (guarded_row_proved)."""
 
 
-@pytest.mark.parametrize("system", over_systems(PROVED_NOT_BY_DEFAULT))
+DBOS_DESTINATION_NEVER_LOADED = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "found when this case was first run on dbos (new here): the walk at EXPLORER_BOUND proves the row but never "
+    "loads the destination's image on the server (restorers['destination'].loads == 0), which the walk at "
+    "TARGET_BOUND does; not yet explained"))
+
+
+@pytest.mark.parametrize("system", over_systems(PROVED_NOT_BY_DEFAULT, marks={"dbos": [DBOS_DESTINATION_NEVER_LOADED]}))
 def test_the_explorer_proves_the_guarded_row_without_failures_and_reaches_every_danger(system, guarded_storage):
     """Every interleaving within EXPLORER_BOUND, workers that never fail: nothing broken, every danger reached, copies
     faithful and taking turns on the server."""
