@@ -1,8 +1,8 @@
 """What the explorer (and the machines) must show on every target, written once for every target.
 
-Each target's test file (tests/test_targets*.py) opens its own storages on its
-own server and calls these; what differs between targets (how a restore or a
-snapshot can forget something, which steps a duplicate takes) stays in that file.
+tests/test_targets_rows.py calls these on every shipped system; what differs
+between targets (how a restore or a snapshot can forget something) stays in
+each target's own file, which calls ``mutated_walk_is_caught``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from fence.search.machines import InvariantViolation, machine_for
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES
 from fence.checking.verdicts import Verdict, profile_settings
-from fence.model.world import ModelConfig, Probe, Reserve, Retry, Scan, Settle, Tick
+from fence.model.world import Confirm, Deliver, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick
 from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
 
 # Two janitors hold the same answer for one expired lease; one settles it, the job is
@@ -26,6 +26,14 @@ from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target,
 STALE_SETTLE = [
     Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Probe(0, "job1/r1"), Probe(1, "job1/r1"),
     Settle(0, "job1/r1"), Retry("job1"), Settle(1, "job1/r1"),
+]
+
+# A worker outlives its lease: the system's recovery gives its job back, a retry takes it, and the first
+# worker's commit lands and it confirms (finish_job, log_jobs, ack, its checkpoint: the system's own call).
+STALE_CONFIRM = [
+    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
+    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
+    Confirm("job1#1"),
 ]
 
 FAITHFULNESS = (20, 40)
@@ -79,16 +87,20 @@ def shipped_duplicate_replays(row: str, shipped, url: str) -> None:
     # The explorer's path, on a storage of its own: the server emptied, the same two writes.
     chosen = [step.action for step in result.counterexample.steps if not step.drain]
     assert len(chosen) == result.depth
-    fresh = target.open(url)
-    try:
-        replayed = replay_actions(target.policy, EXPLORER_BOUND, chosen, duplicate,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
+    replayed = _replayed_on_a_fresh_storage(target, url, EXPLORER_BOUND, chosen, duplicate)
     assert replayed is not None and replayed.message == "job1 was written 2 times"
     written = [effect for effect in replayed.world.observer.effects if effect.key == "job1"]
     assert len(written) == 2 and written[0].attempt_id != written[1].attempt_id
     assert shipped.session.restorer.loads > 0  # the copies took turns on the server
+
+
+def _replayed_on_a_fresh_storage(target, url: str, config, chosen, invariant):
+    """``chosen`` replayed from scratch on a storage of its own, opened on ``url`` and closed after."""
+    fresh = target.open(url)
+    try:
+        return replay_actions(target.policy, config, chosen, invariant, fresh.destination_factory, fresh.ledger_factory)
+    finally:
+        fresh.close()
 
 
 def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bound=EXPLORER_BOUND) -> None:
@@ -124,23 +136,19 @@ def shortest_failure_finding_replays(row: str, storage, url: str, invariant: str
     assert result.outcome is Outcome.VIOLATED and result.counterexample.message == message
     chosen = [step.action for step in result.counterexample.steps if not step.drain]
     assert chosen[-1].kind == "fail"
-    fresh = target.open(url)
-    try:
-        replayed = replay_actions(target.policy, TARGET_BOUND, chosen, judged,
-                                  fresh.destination_factory, fresh.ledger_factory)
-    finally:
-        fresh.close()
+    replayed = _replayed_on_a_fresh_storage(target, url, TARGET_BOUND, chosen, judged)
     assert replayed is not None and replayed.message == message
     return [step.sentence for step in replayed.world.trace if not step.drain]
 
 
-def mutated_walk_is_caught(row: str, url: str, how: str) -> None:
-    """The explorer on ``row`` with a mutation of its image or snapshot in place: the walk stops as unfaithful
-    ("unfaithful"), or, where every load makes the world new, the false violation it finds does not break again
-    when replayed from scratch and is not reported ("does not replay"). Never proved either way."""
+def mutated_walk_is_caught(row: str, url: str, how: str, *, bound=EXPLORER_BOUND, said=("answer", "part")) -> None:
+    """The explorer on ``row`` at ``bound`` with a mutation of its image or snapshot in place: the walk stops as
+    unfaithful ("unfaithful", its reason naming one of ``said``), or, where every load makes the world new, the false
+    violation it finds does not break again when replayed from scratch and is not reported ("does not replay").
+    Never proved either way."""
     storage = TARGETS[row].open(url)
     try:
-        found = explore_target(TARGETS[row], storage, faithfulness=FAITHFULNESS, time_budget=60)
+        found = explore_target(TARGETS[row], storage, bound, faithfulness=FAITHFULNESS, time_budget=60)
     finally:
         storage.close()
     if how == "does not replay":
@@ -149,6 +157,23 @@ def mutated_walk_is_caught(row: str, url: str, how: str) -> None:
         assert found.outcome() is Outcome.UNDETERMINED
         return
     assert how == "unfaithful", how
-    assert found.unfaithful is not None and ("answer" in found.unfaithful or "part" in found.unfaithful), found.unfaithful
+    assert found.unfaithful is not None and any(word in found.unfaithful for word in said), found.unfaithful
     assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
     assert found.outcome() is not Outcome.PROVED
+
+
+def zset_scores_now(keys: tuple) -> tuple:
+    """A Redis image's keys with every sorted set's scores at 0: time restored as an instant, not as ticks ago."""
+    return tuple((name, kind, tuple((member, 0) for member, _ in value) if kind == "zset" else value)
+                 for name, kind, value in keys)
+
+
+def the_stale_commit_is_refused(stale, guard, fresh_attempt_id: str) -> None:
+    """The stalled task wakes up and writes: its guard refuses (ABANDONED), and the only effect is the fresh attempt's."""
+    from fence.guard import Refused
+    from fence.model.destination import CommitResult
+
+    with pytest.raises(Refused) as refused:
+        stale.commit("hello")
+    assert refused.value.result is CommitResult.ABANDONED
+    assert [(e.key, e.attempt_id) for e in guard.destination.effects()] == [("t1", fresh_attempt_id)]

@@ -1,11 +1,16 @@
-"""The fixtures every target's test files ask for, made once per system.
+"""The fixtures every target's tests ask for, made once, and the shipped systems they run over.
 
-A target's test module says ``adapter, shipped, guarded = system_fixtures("arq")``
-at its top level, and pytest finds three fixtures there: ``arq_module`` (the
-adapter module, imported once per test module; skipped where its library is
-not installed, a failure in CI, which runs every target for real),
-``shipped`` and ``guarded`` (a storage on the system's two rows, on the
-session's server for that row, closed after the test).
+The common suite (tests/test_targets_rows.py) is parametrised over ``system``,
+one case a shipped system of ``fence.targets.TARGETS`` (a row ``S`` and its
+guarded row ``S+guard``, the rows ``fence targets`` runs), by ``over_systems``.
+Its fixtures come from here: ``adapter`` (the adapter module; skipped where its
+library is not installed, a failure in CI, which runs every target for real),
+``server_url`` (the session's server for the system's rows), ``shipped`` and
+``guarded`` (a storage on each row, closed after the test).
+
+A target's own test module (tests/test_targets_SYSTEM.py) says
+``adapter, shipped, guarded = system_fixtures("arq")`` at its top level, and
+pytest finds three fixtures there: ``arq_module``, ``shipped`` and ``guarded``.
 """
 
 from __future__ import annotations
@@ -17,29 +22,84 @@ import pytest
 
 from fence.targets import TARGETS
 
+SYSTEMS = tuple(row for row, target in TARGETS.items() if row == target.system and f"{row}+guard" in TARGETS)
+"""Every shipped system with both rows (as shipped, and with fence.guard), in the order ``fence targets`` prints them."""
 
+SERVER_MARK = {"postgres": pytest.mark.postgres, "redis": pytest.mark.redis}
+
+
+def over_systems(not_by_default=frozenset(), only=None, marks=None) -> list:
+    """``pytest.param`` a shipped system, id the system's name, marked with its server.
+
+    ``only``: the systems the test applies to (default: every one, so a new
+    row gets the test by being added to ``TARGETS``). ``not_by_default``: the
+    systems whose case runs only with --run-slow (marked slow), each named
+    with its reason where the test is. ``marks``: more marks of a system's case.
+    """
+    chosen = [system for system in SYSTEMS if only is None or system in only]
+    unknown = (set(not_by_default) | set(marks or {})) - set(SYSTEMS)
+    assert not unknown, f"not shipped systems: {sorted(unknown)}"
+    return [pytest.param(system, id=system, marks=[SERVER_MARK[TARGETS[system].server]]
+                         + ([pytest.mark.slow] if system in not_by_default else []) + (marks or {}).get(system, []))
+            for system in chosen]
+
+
+def import_adapter(system: str):
+    """The adapter module of ``system``'s rows; skipped where its library is missing, failed under CI."""
+    try:
+        return importlib.import_module(TARGETS[system].storage.split(":")[0])
+    except ImportError as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the {system} target for real, and it cannot be imported: {error}", pytrace=False)
+        pytest.skip(f"{system} is not installed ({error}): pip install -e '.[test]'")
+
+
+def _open(row: str, request):
+    import_adapter(TARGETS[row].system)
+    opened = TARGETS[row].open(request.getfixturevalue(f"{TARGETS[row].server}_url"))
+    request.addfinalizer(opened.close)
+    return opened
+
+
+# -- the common suite's fixtures: they read the test's ``system`` parameter --------------------------
+@pytest.fixture
+def adapter(system):
+    """The adapter module of the system under test."""
+    return import_adapter(system)
+
+
+@pytest.fixture
+def server_url(system, request):
+    """The session's server (postgres_url, redis_url) for the system's rows."""
+    return request.getfixturevalue(f"{TARGETS[system].server}_url")
+
+
+@pytest.fixture
+def shipped_storage(system, request):
+    """A storage on the system's shipped row."""
+    return _open(system, request)
+
+
+@pytest.fixture
+def guarded_storage(system, request):
+    """A storage on the system's guarded row."""
+    return _open(f"{system}+guard", request)
+
+
+# -- a target's own file ----------------------------------------------------------------------------
 def system_fixtures(system: str):
     """``({system}_module, shipped, guarded)`` for the rows ``system`` and ``system+guard`` of ``TARGETS``."""
-    shipped_row, guarded_row = TARGETS[system], TARGETS[f"{system}+guard"]
-    module_name = shipped_row.storage.split(":")[0]
+    assert system in SYSTEMS, system
 
     @pytest.fixture(scope="module", name=f"{system}_module")
-    def adapter():
-        try:
-            return importlib.import_module(module_name)
-        except ImportError as error:
-            if os.environ.get("CI"):
-                pytest.fail(f"CI runs the {system} target for real, and it cannot be imported: {error}", pytrace=False)
-            pytest.skip(f"{system} is not installed ({error}): pip install -e '.[test]'")
+    def adapter_module():
+        return import_adapter(system)
 
-    def storage_on(row, name: str):
+    def storage_on(row: str, name: str):
         @pytest.fixture(name=name)
         def storage(request):
-            request.getfixturevalue(f"{system}_module")
-            opened = row.open(request.getfixturevalue(f"{row.server}_url"))
-            yield opened
-            opened.close()
+            return _open(row, request)
 
         return storage
 
-    return adapter, storage_on(shipped_row, "shipped"), storage_on(guarded_row, "guarded")
+    return adapter_module, storage_on(system, "shipped"), storage_on(f"{system}+guard", "guarded")

@@ -1,9 +1,12 @@
-"""arq on Redis, through the target protocol: arq's own worker calls on a real Redis server.
+"""arq on Redis, what only it shows: in-progress keys, its re-pick, the guarded recovery inside arq's own Worker.
 
-As shipped, arq has no recovery step: a job whose in-progress key expired is
-picked again by the next ``start_jobs``, under the same id, and
-``finish_job(id)`` finishes whoever runs it, so a stale worker's late finish
-finishes the retry's run (a lockstep finding). With fence.guard, the pick of a
+What every shipped target shows (the machines' duplicate and its replay by
+fence replay, the stale worker's finish accepted on the retry's run, the
+shipped failure path finishing the job at once, the guarded row holding, the
+explorer's walks) is in tests/test_targets_rows.py, run on arq as on every
+system. Here: arq has no recovery step of its own: a job whose in-progress key
+expired is picked again by the next ``start_jobs``, under the same id, and
+``finish_job(id)`` finishes whoever runs it. With fence.guard, the pick of a
 job that ran before runs the guard's recovery, which moves the key to a fresh
 job id: a stale finish changes nothing and is refused. The guarded recovery
 also runs inside arq's own ``Worker``: the stalled attempt is abandoned, the
@@ -16,22 +19,14 @@ test extra): skipped without them locally, failed under CI.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import redis
 
-from fence.model.destination import CommitResult
-from fence.model.invariants import BY_NAME, required_dangers
-from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
-from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES
-from fence.checking.verdicts import Verdict, profile_settings
-from fence.model.world import Confirm, Deliver, Fail, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World
-from fence.targets import TARGETS, judge_target
+from fence.model.world import Fail, ModelConfig, Reserve, World
 from fence.targets.protocol import IllegalMove, Move
+from tests.target_explorer_checks import STALE_CONFIRM, the_stale_commit_is_refused
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -39,10 +34,6 @@ pytestmark = pytest.mark.redis
 ONE = ModelConfig(capacity=1, jobs=1)
 ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
 NAIVE = POLICIES["naive"]
-GUARDED = POLICIES["abandon-fenced"]
-GUARDED_EXAMPLES = 40
-"""Examples of the guarded row: enough to reach every danger, failure_after_effect too (checked; 20 miss it)."""
-FENCE = [sys.executable, "-m", "fence"]
 
 
 arq_module, shipped, guarded = system_fixtures("arq")
@@ -82,36 +73,24 @@ def test_a_pick_held_by_another_workers_in_progress_key_is_refused(shipped):
     assert [r.state.value for r in ledger.reservations()] == ["reserved"]
 
 
-# A worker outlives its lease: its in-progress key expires, the retry picks the same job id,
-# and the first worker's commit lands and it finishes the job.
-STALE_FINISH = [
-    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
-    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
-    Confirm("job1#1"),
-]
-
-
-def test_as_shipped_a_stale_finish_finishes_the_retrys_run_where_the_model_refuses(shipped):
-    """Lockstep finding: finish_job keys on the job id alone, so the first worker's finish finishes the retry's run."""
+def test_as_shipped_a_stale_finish_finishes_the_retrys_run(shipped):
+    """Why arq accepts the stale finish (tests/test_targets_rows.py has the lockstep's finding): finish_job keys on the
+    job id alone, so the first worker's finish finishes the retry's run, and the retry's pick is gone."""
     world = _on(shipped, NAIVE)
-    difference = replay_in_lockstep(STALE_FINISH, world, World(NAIVE, ONE), same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "confirm: the step's story"
-    assert "job1#1 confirms: job1/r2 is confirmed" in difference.detail
+    for action in STALE_CONFIRM:
+        world.apply(action)
     client = _client(shipped)
-    assert client.zcard("arq:queue") == 0 and not client.exists("arq:in-progress:job1#1")  # the retry's pick is gone
-    broken = replay_actions(NAIVE, ONE, STALE_FINISH, BY_NAME["stale_attempt_cannot_change_newer"],
-                            shipped.destination_factory, shipped.ledger_factory)
-    assert broken is not None and broken.message == "job1#1's confirm changed job1/r2, which belongs to job1#2"
+    assert client.zcard("arq:queue") == 0 and not client.exists("arq:in-progress:job1#1")
 
 
 def test_as_shipped_a_failed_task_is_finished_failed_and_never_run_again(shipped, arq_module):
-    """run_job finishes a task that raised (a failed result): gone, where the naive model holds it for the janitor."""
+    """run_job finishes a task that raised (a failed result): gone (tests/test_targets_rows.py: where the naive model
+    holds it for the janitor)."""
     from arq.jobs import deserialize_result
 
-    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, NAIVE, ONE_FAILING),
-                                    World(NAIVE, ONE_FAILING), same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "fail: the step's story"
-    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    world = _on(shipped, NAIVE, ONE_FAILING)
+    for action in [Reserve("job1"), Fail("job1#1")]:
+        world.apply(action)
     client = _client(shipped)
     assert client.zcard("arq:queue") == 0 and not client.exists("arq:job:job1#1")
     assert deserialize_result(client.get("arq:result:job1#1")).success is False
@@ -151,20 +130,6 @@ def test_a_guarded_failure_goes_to_the_guard_and_its_settle_runs_the_key_afresh(
     assert ledger.reserve("job1", "w2", 0, 2).state.value == "reserved" and client.exists("arq:in-progress:job1#2")
 
 
-@pytest.mark.slow  # about 16 s: over this file's share of CI's time
-def test_the_guarded_row_holds_with_failures_and_reaches_every_danger(redis_url, arq_module):
-    """arq with fence.guard, workers that may fail: no invariant broken, no lockstep difference, every danger reached."""
-    found = judge_target(TARGETS["arq+guard"], redis_url, configs=[ONE_FAILING],
-                         run_settings=profile_settings(GUARDED_EXAMPLES, 30), explore=False)
-    report = found.report
-    assert {name: cell.verdict for name, cell in report.cells.items()} == {
-        name: Verdict.NOT_FOUND for name in report.cells
-    }, {name: cell.detail for name, cell in report.cells.items()}
-    reached = report.reached[ONE_FAILING]
-    assert all(reached[d.name] > 0 for d in required_dangers(GUARDED, ONE_FAILING)), dict(reached)
-    assert found.lockstep_findings == []
-
-
 # -- inside arq's own Worker ---------------------------------------------------------------------
 def _worker(arq_module, pool, guard, stalls: asyncio.Event | None = None, started: list | None = None):
     """An arq Worker running send_ticket: guarded_task, or (``stalls``) a run that registers its attempt and hangs."""
@@ -186,7 +151,7 @@ def test_the_guard_in_a_task_run_by_arqs_own_worker(redis_url, arq_module, tmp_p
     from arq.connections import RedisSettings, create_pool
     from arq.jobs import deserialize_result
 
-    from fence.guard import Guard, Refused
+    from fence.guard import Guard
 
     guard = Guard.open(f"sqlite://{tmp_path}/guard.db")
     client = redis.Redis.from_url(redis_url)
@@ -218,11 +183,7 @@ def test_the_guard_in_a_task_run_by_arqs_own_worker(redis_url, arq_module, tmp_p
         loop.run_until_complete(pool.aclose())
         results = {job: deserialize_result(client.get(f"arq:result:{job}")).result for job in ("t1#1", "t1#2")}
         assert results == {"t1#1": "rerun", "t1#2": "written"}
-        with pytest.raises(Refused) as refused:
-            stale.commit("hello")  # the stalled task wakes up and writes
-        assert refused.value.result is CommitResult.ABANDONED
-        effects = guard.destination.effects()
-        assert [(e.key, e.attempt_id) for e in effects] == [("t1", arq_module.attempt_id("t1#2", 1))]
+        the_stale_commit_is_refused(stale, guard, arq_module.attempt_id("t1#2", 1))
         assert client.zcard("arq:queue") == 0
     finally:
         for each in (stalled_loop, loop):  # the stalled run ends at last (arq puts back nothing: the job is done)
@@ -268,27 +229,5 @@ def test_the_adapters_failure_is_what_arqs_worker_does_with_a_task_that_raised(r
 
 
 # -- fence replay --------------------------------------------------------------------------------
-def test_fence_replay_replays_the_shipped_rows_duplicate_on_arq(redis_url, arq_module, tmp_path):
-    """check_target on 'arq' (machines only) finds the duplicate; fence replay FILE breaks it again on the real library."""
-    from fence.testing import check_target
-
-    checked = check_target("arq", redis_url, explore=False, out=tmp_path)
-    checked.assert_violated("no_duplicate_writes")
-    path = checked.replay_file("no_duplicate_writes")
-    replayed = subprocess.run([*FENCE, "replay", str(path), "--redis", redis_url], capture_output=True, text=True,
-                              timeout=280, cwd=Path(tmp_path))
-    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert "BROKEN on the real system (arq " in replayed.stdout
-    assert "no_duplicate_writes: job1 was written 2 times" in replayed.stdout.splitlines()[-1]
 
 
-def test_without_arq_the_target_is_one_line_naming_the_extra(monkeypatch):
-    """A missing arq is BadInput in one line that names the pip extra, before any server is touched."""
-    from fence.base.errors import BadInput
-
-    monkeypatch.delitem(sys.modules, "fence.targets.arq_redis", raising=False)
-    monkeypatch.setitem(sys.modules, "arq", None)
-    with pytest.raises(BadInput) as missing:
-        TARGETS["arq"].open("redis://127.0.0.1:1/0")
-    message = str(missing.value)
-    assert "\n" not in message and "pip install 'fence[arq]'" in message

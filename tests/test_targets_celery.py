@@ -1,16 +1,13 @@
-"""celery with kombu's Redis transport, the second target: fence's machines on the real library and a real Redis.
+"""celery with kombu's Redis transport, what only it shows: delivery tags, restore_visible, its worker's acks.
 
-As shipped (acks_late, kombu's restore_visible with visibility_timeout) it is
-fence's naive policy: the machines find its duplicate write, and the run they
-found replays on an emptied Redis database. Where it moves differently from
-the naive model (a restored message keeps its delivery tag, so a stale
-worker's ack acks the retry's delivery), the lockstep reports it. With
-fence.guard on the task and recover_expired instead of restore_visible, the
-machines find nothing within the stated bound and reach every danger, and the
-guard works in a task run by a real celery worker. A worker's failure (``fail``)
-is what that worker does with an acks_late task that raised: the message is
-acked and gone (tests/test_targets_explorer_celery.py has what the explorer
-finds with failures on).
+What every shipped target shows (the machines' duplicate and its replay, the
+stale worker's ack accepted on the retry's delivery, the shipped failure path
+acking the job at once, the guarded row holding, the explorer's walks) is in
+tests/test_targets_rows.py, run on celery as on every system. Here: why kombu
+accepts the stale ack (a restored message keeps its delivery tag), what
+restore_visible itself does, the guarded recovery's fresh message, the guard
+in a task run by a real celery worker, what that worker does with an
+acks_late task that raised, scripts/redis.sh, and the command line on Redis.
 
 Every test here needs Redis (the session's server, see conftest.py) and celery
 (the test extra): skipped without them locally, failed under CI.
@@ -19,7 +16,6 @@ Every test here needs Redis (the session's server, see conftest.py) and celery
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -28,24 +24,17 @@ from pathlib import Path
 import pytest
 
 from fence.model.destination import CommitResult
-from fence.base.errors import BadInput
-from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
-from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
-from fence.checking.verdicts import Verdict, profile_settings
 from fence.model.world import (
-    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
+    Confirm, Deliver, Fail, ModelConfig, Reserve, Retry, Scan, SendCommit, Start, Tick, World,
 )
-from fence.targets import TARGETS, judge_target
-from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds, machines_duplicate_replays
+from tests.target_explorer_checks import STALE_CONFIRM, STALE_SETTLE
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
 ONE = ModelConfig(capacity=1, jobs=1)
-GUARDED_EXAMPLES = 40
-"""Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
 NAIVE = POLICIES["naive"]
 REDIS_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "redis.sh"
 
@@ -58,40 +47,23 @@ def _on(storage, policy, config=ONE) -> World:
 
 
 # -- as shipped: the naive policy, on the real system ---------------------------------------
-def test_the_machines_find_a_duplicate_on_celery_and_it_replays_on_a_fresh_database(shipped):
-    """The machines on celery find a job written twice; its run, replayed on an emptied Redis, writes it twice again."""
-    kinds = machines_duplicate_replays(shipped)
-    # kombu's restore_visible gave the message back, and the second attempt took it again
-    assert set(kinds) >= {"scan", "retry"}
 
 
-# A worker outlives its visibility timeout: restore_visible gives its message back, the retry
-# takes it again, and the first worker's commit lands and it acks.
-STALE_ACK = [
-    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
-    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
-    Confirm("job1#1"),
-]
-
-
-def test_a_stale_ack_acks_the_retrys_delivery_where_the_model_refuses(shipped, celery_module):
-    """Lockstep finding: the restored message keeps its delivery tag, so the first worker's ack acks the retry's delivery."""
+def test_a_stale_ack_acks_the_retrys_delivery_and_nothing_is_left_to_restore(shipped, celery_module):
+    """Why celery accepts the stale ack (tests/test_targets_rows.py has the lockstep's finding): the restored message
+    keeps its delivery tag and task id, so the first worker's ack acks the retry's delivery; and when the retry's
+    worker then dies, nothing is left for restore_visible to give back, ever."""
     world = _on(shipped, NAIVE)
-    difference = replay_in_lockstep(STALE_ACK, world, World(NAIVE, ONE), same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "confirm: the step's story"
-    assert "the ledger refuses" in difference.detail and "job1#1 confirms: job1/r2 is confirmed" in difference.detail
+    for action in STALE_CONFIRM:
+        world.apply(action)
     assert world.ledger.delivery_of("job1/r1") == world.ledger.delivery_of("job1/r2")  # same tag, same task id
-    # Then the retry's worker dies: nothing is left for restore_visible to give back, ever.
     for action in [Start("job1#2"), Tick(2)]:
         world.apply(action)
     session = shipped.session
     janitor = session.channel(visibility_timeout=celery_module.visible_after(ONE.lease))
     janitor.qos.restore_visible(interval=1)
     assert session.client.hlen(celery_module.UNACKED) == 0 and session.client.llen("job1") == 0
-    # and the observer, judging fence's facts, calls it what it is
-    broken = replay_actions(NAIVE, ONE, STALE_ACK, BY_NAME["stale_attempt_cannot_change_newer"],
-                            shipped.destination_factory, shipped.ledger_factory)
-    assert broken is not None and broken.message == "job1#1's confirm changed job1/r2, which belongs to job1#2"
+
 
 
 def test_an_ack_of_a_restored_message_not_yet_taken_again_changes_nothing(shipped):
@@ -120,27 +92,16 @@ def test_one_restore_visible_restores_what_the_scans_restore(shipped, celery_mod
 
 
 # -- with the guard -------------------------------------------------------------------------
-def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
-    """With a fresh message per retry, a janitor's stale basic_reject removes nothing and is refused, as in the model."""
-    policy = POLICIES["abandon-fenced"]
-    world = _on(guarded, policy)
-    assert replay_in_lockstep(STALE_SETTLE, world, World(policy, ONE), same_story=without_refusal_reasons) is None
+def test_the_guarded_recovery_retries_on_a_fresh_message(guarded):
+    """recover_expired publishes a fresh message per retry (a new delivery tag and task id), so a janitor's stale
+    basic_reject removes nothing (tests/test_targets_rows.py: refused, as in the model)."""
+    world = _on(guarded, POLICIES["abandon-fenced"])
+    for action in STALE_SETTLE:
+        world.apply(action)
     assert world.trace[-1].sentence.endswith("the ledger refuses")
     (tag1, task1), (tag2, task2) = world.ledger.delivery_of("job1/r1"), world.ledger.delivery_of("job1/r2")
     assert tag1 != tag2 and task1 != task2
 
-
-def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_url, celery_module):
-    """celery with fence.guard: no invariant broken, no lockstep difference, every danger reached (1 unit, 1 job)."""
-    guarded_row_holds("celery+guard", redis_url, GUARDED_EXAMPLES, failures=False)
-
-
-@pytest.mark.slow
-def test_the_guarded_row_holds_at_both_configurations(redis_url, celery_module):
-    """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each: nothing found, every danger reached."""
-    found = judge_target(TARGETS["celery+guard"], redis_url, run_settings=profile_settings(150, 30), explore=False)
-    assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
-    assert found.lockstep_findings == []
 
 
 def test_the_guard_in_a_task_run_by_a_real_celery_worker(redis_url, celery_module, tmp_path):
@@ -198,17 +159,14 @@ ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
 
 
 def test_as_shipped_a_failed_task_is_acked_and_never_run_again(shipped, celery_module):
-    """celery acks a failed acks_late task (task_acks_on_failure_or_timeout): gone, where the model holds it for the janitor."""
-    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, NAIVE, ONE_FAILING),
-                                    World(NAIVE, ONE_FAILING), same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "fail: the step's story"
-    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    """celery acks a failed acks_late task (task_acks_on_failure_or_timeout): gone, not requeued either, where the
+    model holds it for the janitor (tests/test_targets_rows.py: the lockstep's finding, and it never settles)."""
+    world = _on(shipped, NAIVE, ONE_FAILING)
+    for action in [Reserve("job1"), Fail("job1#1")]:
+        world.apply(action)
     client = shipped.session.client
-    assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0  # not requeued either
-    broken = replay_actions(NAIVE, ONE_FAILING, [Reserve("job1"), Fail("job1#1")], BY_NAME["everything_settles"],
-                            shipped.destination_factory, shipped.ledger_factory)
-    assert broken is not None
-    assert broken.message == "job1/r1 stayed outcome_unknown after the drain, though no attempt was left running"
+    assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0
+
 
 
 def test_without_acks_on_failure_the_failed_task_is_rejected_and_gone_all_the_same(shipped, celery_module):
@@ -221,18 +179,6 @@ def test_without_acks_on_failure_the_failed_task_is_rejected_and_gone_all_the_sa
     client = shipped.session.client
     assert client.hlen(celery_module.UNACKED) == 0 and client.llen("job1") == 0
     assert world.ledger._messages["job1/r1"].message._state == "REJECTED" and tag not in world.ledger._unacked()
-
-
-def test_guarded_a_failure_goes_to_the_guard_and_settles_as_the_model(guarded):
-    """Guarded, the wrapper catches the failure (celery never acks it on failure): outcome_unknown until the settle,
-    and a stalled worker's failure after the recovery held its delivery is refused, as the model refuses it."""
-    policy = POLICIES["abandon-fenced"]
-    caught = [Reserve("job1"), Fail("job1#1"), Probe(0, "job1/r1"), Settle(0, "job1/r1"), Retry("job1")]
-    assert replay_in_lockstep(caught, _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING),
-                              same_story=without_refusal_reasons) is None
-    while_held = [Reserve("job1"), Tick(2), Scan(0, "job1/r1"), Fail("job1#1")]
-    assert replay_in_lockstep(while_held, _on(guarded, policy, ONE_FAILING), World(policy, ONE_FAILING),
-                              same_story=without_refusal_reasons) is None
 
 
 def test_the_adapters_failure_is_what_a_real_celery_worker_does(redis_url, celery_module):
@@ -271,14 +217,6 @@ def test_the_adapters_failure_is_what_a_real_celery_worker_does(redis_url, celer
 
 
 # -- the extra, the server, the command line ---------------------------------------------------
-def test_without_celery_the_target_is_one_line_naming_the_extra(monkeypatch):
-    """A missing celery is BadInput in one line that names the pip extra, before any server is touched."""
-    monkeypatch.delitem(sys.modules, "fence.targets.celery_redis", raising=False)
-    monkeypatch.setitem(sys.modules, "celery", None)
-    with pytest.raises(BadInput) as missing:
-        TARGETS["celery"].open("redis://127.0.0.1:1/0")
-    message = str(missing.value)
-    assert "\n" not in message and "pip install 'fence[celery]'" in message
 
 
 def test_redis_sh_starts_a_private_server_and_stops_it():
@@ -324,22 +262,3 @@ def test_cli_targets_without_celery_is_one_line_naming_the_extra():
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("fence: ") and "pip install 'fence[celery]'" in lines[0], result.stderr
 
 
-@pytest.mark.slow
-def test_cli_targets_prints_both_celery_rows_and_replays_what_it_found(redis_url, celery_module, tmp_path):
-    """fence targets --profile quick on the celery rows: the shipped row violated and replayed; the guarded row proved
-    but on 4 and 6, which celery's failure path breaks (issue 25: a task that raised is acked, so the recovery never
-    sees it, and a stalled worker's ack on failure removes the delivery the recovery holds), so the exit status is 1."""
-    report = tmp_path / "targets.txt"
-    result = subprocess.run([*FENCE, "targets", "--row", "celery", "--row", "celery+guard", "--profile", "quick",
-                             "--redis", redis_url, "--report", str(report)], capture_output=True, text=True, timeout=600)
-    assert result.returncode == 1, result.stdout + result.stderr
-    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()[1:3]}
-    guarded = [cell.split("(")[0] for cell in rows["celery+guard"]]
-    assert rows["celery"][0].startswith("violated")
-    assert guarded == ["proved", "proved", "proved", "violated", "proved", "violated", "proved"], rows
-    assert "DID NOT REPLAY" not in result.stdout and "replayed on a fresh database: job1 was written 2 times" in result.stdout
-    # Invariant 5's shortest story is now the stale worker's ack on failure (issue 25); the stale ack on success
-    # stays pinned by its own replay above (test of STALE_ACK).
-    stale = re.search(r"job1#(\d)'s fail changed job1/r(\d), which belongs to job1#(\d)", result.stdout)
-    assert stale and int(stale[1]) < int(stale[2]) == int(stale[3]), result.stdout
-    assert report.read_text().startswith("# command: fence targets")

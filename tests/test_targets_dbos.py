@@ -1,15 +1,17 @@
-"""DBOS on PostgreSQL, a target: fence's machines on the real library and its system database.
+"""DBOS on PostgreSQL, what only it shows: claims and ownership tokens, ERROR, its own queue worker.
 
-As shipped (a dead executor's pending workflows re-enqueued by DBOS's own
-recovery, the next claim re-running every step not checkpointed) it is fence's
-naive policy: the machines find its duplicate write, and ``fence replay``
-breaks it again on DBOS. Unlike procrastinate, pgqueuer and celery, a stale
-worker's completion is refused: every claim writes an ownership token
-(``owner_xid``), and DBOS checks it at the step checkpoint and at the outcome.
-A worker whose step raised is ERROR at once, for good (the lockstep's finding).
-With fence.guard on the step and ``recover_dead_executor`` instead of DBOS's
-recovery, the machines find nothing and reach every danger, the failure path's
-included, and the guard works in a workflow run by DBOS's own queue worker.
+What every shipped target shows (the machines' duplicate and its replay by
+fence replay, the stale worker's completion refused as the model refuses it,
+the shipped failure path freeing the job at once, the guarded row holding,
+the explorer's walks) is in tests/test_targets_rows.py, run on DBOS as on
+every system. Here: as shipped (a dead executor's pending workflows
+re-enqueued by DBOS's own recovery, the next claim re-running every step not
+checkpointed) every claim writes an ownership token (``owner_xid``), which DBOS
+checks at the step checkpoint and at the outcome, yet the ticket is written
+twice; a worker whose step raised is ERROR at once, for good. With fence.guard
+on the step and ``recover_dead_executor`` instead of DBOS's recovery, the
+failure is the guard's until the settle, and the guard works in a workflow run
+by DBOS's own queue worker.
 
 Every test needs PostgreSQL (the session's cluster, see conftest.py) and dbos
 (the test extra): skipped without them locally, failed under CI.
@@ -30,14 +32,9 @@ from fence.model.invariants import BY_NAME
 from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
-from fence.checking.verdicts import Verdict, profile_settings
-from fence.model.world import (
-    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
-)
-from fence.targets import TARGETS, judge_target
+from fence.model.world import Deliver, Fail, ModelConfig, Probe, Reserve, SendCommit, Settle, Start, World
 from fence.targets.protocol import IllegalMove, Move
-from fence.testing import check_target
-from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
+from tests.target_explorer_checks import STALE_CONFIRM
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
@@ -45,8 +42,6 @@ pytestmark = pytest.mark.postgres
 ONE = ModelConfig(capacity=1, jobs=1)
 ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
 NAIVE, GUARDED = POLICIES["naive"], POLICIES["abandon-fenced"]
-GUARDED_EXAMPLES = 40
-"""Examples of the guarded row in every run: enough to reach every danger (the test checks it)."""
 
 
 dbos_module, shipped, guarded = system_fixtures("dbos")
@@ -80,61 +75,28 @@ def test_a_claim_is_dboss_own_and_expires_only_with_its_executor(shipped):
         ledger.apply("job1/r1", Move.EXPIRE_AND_RELEASE)
 
 
-# A worker outlives its lease: DBOS's recovery re-enqueues its workflow, a retry claims it,
-# and the first worker's step finishes and completes.
-STALE_COMPLETION = [
-    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
-    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
-    Confirm("job1#1"),
-]
-
-
-def test_a_stale_workers_completion_is_refused_by_dboss_ownership_token(shipped):
-    """Unlike the other shipped queues, DBOS refuses the first worker's checkpoint after a retry claimed: as the model does."""
-    world = _on(shipped, NAIVE)
-    assert replay_in_lockstep(STALE_COMPLETION, world, World(NAIVE, ONE), same_story=without_refusal_reasons) is None
-    assert "no longer owned by this execution" in world.trace[-1].sentence
-    assert world.ledger.get("job1/r2").state.value == "reserved"  # the retry still owns the workflow
-    # ...but the ticket was written twice all the same: the guard is what stops that.
+def test_a_stale_workers_completion_is_refused_but_the_ticket_is_written_twice_all_the_same(shipped):
+    """DBOS's ownership token refuses the first worker's checkpoint after a retry claimed (tests/test_targets_rows.py:
+    as the model does), but the stale worker's effect has landed: once the retry writes too, the ticket is written
+    twice. The guard is what stops that."""
     retry_commits = [Start("job1#2"), Deliver("register", "job1#2"), SendCommit("job1#2"), Deliver("commit", "job1#2")]
-    broken = replay_actions(NAIVE, ONE, STALE_COMPLETION + retry_commits, BY_NAME["no_duplicate_writes"],
+    broken = replay_actions(NAIVE, ONE, STALE_CONFIRM + retry_commits, BY_NAME["no_duplicate_writes"],
                             shipped.destination_factory, shipped.ledger_factory)
     assert broken is not None and broken.message == "job1 was written 2 times"
 
 
 def test_as_shipped_a_failed_workflow_is_error_for_good(shipped):
-    """DBOS's worker marks a workflow whose step raised ERROR at once, where the model holds it for the janitor."""
-    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], _on(shipped, NAIVE, ONE_FAILING),
-                                    World(NAIVE, ONE_FAILING), same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "fail: the step's story"
-    assert "the world under test: 'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    """DBOS's worker marks a workflow whose step raised ERROR at once, the step's error checkpointed
+    (tests/test_targets_rows.py: where the model holds it for the janitor)."""
+    world = _on(shipped, NAIVE, ONE_FAILING)
+    for action in [Reserve("job1"), Fail("job1#1")]:
+        world.apply(action)
     assert _row(shipped, "job1")["status"] == "ERROR"
     (step,) = shipped.session.sys_db.list_workflow_steps("job1")
     assert step["function_id"] == 1 and isinstance(step["error"], RuntimeError)  # a rerun would replay the failure
-    broken = replay_actions(NAIVE, ONE_FAILING, [Reserve("job1"), Fail("job1#1")], BY_NAME["everything_settles"],
-                            shipped.destination_factory, shipped.ledger_factory)
-    assert broken is not None
-
-
-@pytest.mark.slow
-def test_the_shipped_rows_duplicate_replays_on_dbos_by_fence_replay(postgres_url, dbos_module, tmp_path):
-    """check_target on the shipped row finds the duplicate; fence replay of its file breaks it again on DBOS."""
-    checked = check_target("dbos", postgres_url, explore=False, out=tmp_path)
-    path = checked.replay_file("no_duplicate_writes")
-    assert path == tmp_path / "dbos__naive__no_duplicate_writes.json"
-    result = subprocess.run([sys.executable, "-m", "fence", "replay", str(path), "--postgres", postgres_url],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "target dbos," in result.stdout and "BROKEN on the real system (dbos " in result.stdout
 
 
 # -- with the guard -------------------------------------------------------------------------------
-def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded):
-    """A second janitor's late re-enqueue names the dead executor, which no longer has the workflow: refused, as in the model."""
-    world = _on(guarded, GUARDED)
-    assert replay_in_lockstep(STALE_SETTLE, world, World(GUARDED, ONE), same_story=without_refusal_reasons) is None
-    assert world.trace[-1].sentence.endswith("the ledger refuses")
-    assert world.ledger.get("job1/r2").state.value == "reserved"
 
 
 FAILURE_AFTER_EFFECT = [
@@ -154,22 +116,6 @@ def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_th
     # A second failure report of the same worker has nothing of its own left to act on.
     with pytest.raises(IllegalMove, match="guard's wrapper settles only a job its worker still holds"):
         world.ledger.fail("job1", "job1#1")
-
-
-@pytest.mark.slow
-def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(postgres_url, dbos_module):
-    """DBOS with fence.guard and failing workers: nothing broken, no lockstep difference, every danger reached (1x1)."""
-    reached = guarded_row_holds("dbos+guard", postgres_url, GUARDED_EXAMPLES, failures=True)
-    assert reached["failure_after_effect"] > 0
-
-
-@pytest.mark.slow
-def test_the_guarded_row_holds_at_both_configurations(postgres_url, dbos_module):
-    """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each, failures on: nothing found."""
-    found = judge_target(TARGETS["dbos+guard"], postgres_url, run_settings=profile_settings(150, 30), explore=False,
-                         failures=True)
-    assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
-    assert found.lockstep_findings == []
 
 
 # -- inside DBOS's own worker ---------------------------------------------------------------------
@@ -278,14 +224,6 @@ def test_outside_a_workflow_the_running_attempt_is_one_line_saying_where_to_call
     """running_attempt_id names a run from DBOS's context: outside a workflow DBOS runs there is none, said in words."""
     with pytest.raises(BadInput, match="call it in a step or workflow DBOS runs"):
         dbos_module.running_attempt_id()
-
-
-def test_without_dbos_the_target_is_one_line_naming_the_extra(monkeypatch, postgres_url):
-    """A missing dbos package is BadInput naming the extra to install, before anything runs."""
-    monkeypatch.setitem(sys.modules, "dbos", None)
-    monkeypatch.delitem(sys.modules, "fence.targets.dbos_postgres", raising=False)
-    with pytest.raises(BadInput, match=r"install it with pip install 'fence\[dbos\]'"):
-        TARGETS["dbos"].open(postgres_url)
 
 
 @pytest.mark.parametrize("move", [Move.CONFIRM, Move.SETTLE_EXISTING])

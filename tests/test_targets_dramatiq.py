@@ -1,15 +1,18 @@
-"""dramatiq with its Redis broker: fence's machines on the real library and a real Redis (issue 27).
+"""dramatiq with its Redis broker, what only it shows: maintenance, ack sets, Retries, its own Worker (issue 27).
 
-As shipped, the RedisBroker's maintenance puts a stalled worker's message back
-on its queue under the same message id, and the next worker runs it again:
-fence's naive policy, whose duplicate the machines find and replay on an
-emptied Redis. dramatiq's ack is keyed by the worker's own ack set, so a stale
-worker's late ack changes nothing (as the model refuses it); its failure does
-not: the ``Retries`` middleware enqueues a retry whatever the worker holds.
-With fence.guard on the task and ``recover_stalled`` instead of maintenance,
-the machines find nothing and reach every danger, a stale settle is refused,
-and the guard works in a task a real dramatiq ``Worker`` runs: the stalled
-attempt abandoned, the fresh message run, the stale commit refused.
+What every shipped target shows (the machines' duplicate and its replay, the
+stale worker's ack refused as the model refuses it, the shipped failure path
+freeing the job at once, the guarded row holding, the explorer's walks, fence
+replay of the shipped row's duplicate) is in tests/test_targets_rows.py, run on
+dramatiq as on every system. Here: as shipped, the RedisBroker's maintenance
+puts a stalled worker's message back on its queue under the same message id,
+and the next worker runs it again; dramatiq's ack is keyed by the worker's own
+ack set, so a stale worker's late ack changes nothing; its failure does not:
+the ``Retries`` middleware enqueues a retry whatever the worker holds. With
+fence.guard on the task and ``recover_stalled`` instead of maintenance, the
+stalled attempt's message is dead-lettered once, and the guard works in a task
+a real dramatiq ``Worker`` runs: the stalled attempt abandoned, the fresh
+message run, the stale commit refused.
 
 Every test here needs Redis (the session's server, see conftest.py) and dramatiq
 (the test extra): skipped without them locally, failed under CI.
@@ -17,25 +20,21 @@ Every test here needs Redis (the session's server, see conftest.py) and dramatiq
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from fence.model.destination import CommitResult
-from fence.base.errors import BadInput, IllegalMove
+from fence.base.errors import IllegalMove
 from fence.model.invariants import BY_NAME
-from fence.search.lockstep import replay_in_lockstep, without_refusal_reasons
 from fence.search.minimise import replay_actions
 from fence.model.policies import POLICIES, Decision
-from fence.checking.verdicts import Verdict
 from fence.model.world import (
-    Confirm, Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
+    Deliver, Fail, ModelConfig, Probe, Reserve, Retry, Scan, SendCommit, Settle, Start, Tick, World,
 )
 from fence.targets import TARGETS
-from tests.target_explorer_checks import STALE_SETTLE, guarded_row_holds
+from tests.target_explorer_checks import STALE_CONFIRM, STALE_SETTLE
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -44,7 +43,6 @@ ONE = ModelConfig(capacity=1, jobs=1)
 ONE_FAILING = ModelConfig(capacity=1, jobs=1, failures=True)
 NAIVE = POLICIES["naive"]
 GUARDED = POLICIES["abandon-fenced"]
-FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
 dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
@@ -62,20 +60,14 @@ def _delayed(client, queue: str) -> list:
 
 
 # -- as shipped: maintenance, the naive policy ----------------------------------------------------
-# A worker outlives its heartbeat timeout: maintenance puts its message back, the retry takes it
-# again, and the first worker's commit lands and it acks.
-STALE_ACK = [
-    Reserve("job1"), Tick(2), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
-    Scan(0, "job1/r1"), Retry("job1"), Deliver("commit", "job1#1"), Deliver("ack", "job1#1"),
-    Confirm("job1#1"),
-]
 
 
 def test_maintenance_requeues_under_the_same_id_and_the_stale_ack_changes_nothing(shipped, dramatiq_module):
-    """The retry's worker takes the same redis_message_id into its own ack set; the stalled worker's ack changes
-    nothing and is refused, as the naive model refuses it."""
+    """Why dramatiq refuses the stale ack (tests/test_targets_rows.py: as the naive model refuses it): the retry's
+    worker takes the same redis_message_id into its own ack set, and the stalled worker's ack changes nothing."""
     world = _on(shipped, NAIVE)
-    assert replay_in_lockstep(STALE_ACK, world, World(NAIVE, ONE), same_story=without_refusal_reasons) is None
+    for action in STALE_CONFIRM:
+        world.apply(action)
     assert "the ledger refuses: ack of job1/r1 changed nothing" in world.trace[-1].sentence
     (first_worker, first_id), (second_worker, second_id) = (world.ledger.message_of(r) for r in ("job1/r1", "job1/r2"))
     assert first_id == second_id and first_worker != second_worker
@@ -99,7 +91,7 @@ def test_a_scan_before_the_heartbeat_timeout_is_refused_and_maintenance_recovers
     assert world.ledger.get("job1/r1").state.value == "reserved"
 
 
-def test_the_machines_find_a_duplicate_on_dramatiq_and_it_replays_on_a_fresh_database(shipped):
+def test_the_duplicate_on_the_explorers_shortest_path_replays_on_a_fresh_database(shipped):
     """The duplicate on the explorer's shortest path, replayed on an emptied Redis by replay_actions."""
     chosen = [Reserve("job1"), Start("job1#1"), Deliver("register", "job1#1"), SendCommit("job1#1"),
               Deliver("commit", "job1#1"), Tick(2), Scan(0, "job1/r1"), Retry("job1"), Start("job1#2"),
@@ -113,13 +105,12 @@ def test_the_machines_find_a_duplicate_on_dramatiq_and_it_replays_on_a_fresh_dat
 
 # -- as shipped: the worker's failure path (Retries, then ack) --------------------------------------
 def test_as_shipped_a_failed_task_is_acked_and_retried_after_its_backoff(shipped, dramatiq_module):
-    """Retries enqueues the retry on the delay queue (eta 15-30 s on) and the worker acks: the job is freed at once,
-    where the model holds it for the janitor; a tick later the next worker takes the retry under a new id."""
+    """Retries enqueues the retry on the delay queue (eta 15-30 s on) and the worker acks: the job is freed at once
+    (tests/test_targets_rows.py: where the model holds it for the janitor); a tick later the next worker takes the
+    retry under a new id."""
     world = _on(shipped, NAIVE, ONE_FAILING)
-    difference = replay_in_lockstep([Reserve("job1"), Fail("job1#1")], world, World(NAIVE, ONE_FAILING),
-                                    same_story=without_refusal_reasons)
-    assert difference is not None and difference.what == "fail: the step's story"
-    assert "'job1#1 fails before its effect and reports it: job1/r1 is unused'" in difference.detail
+    for action in [Reserve("job1"), Fail("job1#1")]:
+        world.apply(action)
     client = shipped.session.client
     retry, = _delayed(client, "job1")
     assert retry.options["retries"] == 1 and retry.options["eta"] > time.time() * 1000
@@ -183,11 +174,12 @@ def test_the_adapters_failure_is_what_a_real_dramatiq_worker_does(redis_url, dra
 
 
 # -- guarded: recover_stalled instead of maintenance ------------------------------------------------
-def test_the_guarded_recovery_refuses_a_stale_settle_like_the_model(guarded, dramatiq_module):
+def test_the_guarded_recovery_dead_letters_once_and_the_stale_settle_enqueues_nothing(guarded, dramatiq_module):
     """The first settle dead-letters the attempt's message and enqueues a fresh one; the second removes nothing,
-    enqueues nothing, and is refused, as in the model."""
+    enqueues nothing (tests/test_targets_rows.py: refused, as in the model)."""
     world = _on(guarded, GUARDED)
-    assert replay_in_lockstep(STALE_SETTLE, world, World(GUARDED, ONE), same_story=without_refusal_reasons) is None
+    for action in STALE_SETTLE:
+        world.apply(action)
     assert world.trace[-1].sentence.endswith("job1/r1 is already unused: the ledger refuses")
     (_, first_id), (_, second_id) = (world.ledger.message_of(r) for r in ("job1/r1", "job1/r2"))
     assert first_id != second_id
@@ -201,7 +193,8 @@ def test_guarded_a_failed_task_waits_for_its_guards_settle_and_dramatiq_is_not_c
     Retries; its settle dead-letters it and runs the job afresh on a fresh message."""
     world = _on(guarded, GUARDED, ONE_FAILING)
     steps = [Reserve("job1"), Fail("job1#1"), Probe(0, "job1/r1"), Settle(0, "job1/r1"), Retry("job1")]
-    assert replay_in_lockstep(steps[:2], world, World(GUARDED, ONE_FAILING), same_story=without_refusal_reasons) is None
+    for action in steps[:2]:  # in lockstep with the model: tests/test_targets_rows.py
+        world.apply(action)
     worker, first_id = world.ledger.message_of("job1/r1")
     client = guarded.session.client
     assert world.ledger.get("job1/r1").state.value == "outcome_unknown"
@@ -215,16 +208,6 @@ def test_guarded_a_failed_task_waits_for_its_guards_settle_and_dramatiq_is_not_c
     # A second report of the same failure is refused: the settle took the job back.
     with pytest.raises(IllegalMove, match="fail on job1/r1: it is unused; the guard's wrapper settles only a job"):
         world.ledger.fail("job1", "job1#1")
-
-
-@pytest.mark.slow
-def test_the_guarded_row_holds_within_the_bound_and_reaches_every_danger(redis_url, dramatiq_module):
-    """dramatiq with fence.guard, failures on: no invariant broken, no lockstep difference, every danger reached.
-
-    Slow: Hypothesis reaches failure_after_effect rarely on this row (once in the quick profile's 40 examples,
-    never in 30), so this takes 100; the explorer's proof reaches it over a thousand times."""
-    reached = guarded_row_holds("dramatiq+guard", redis_url, 100, failures=True)
-    assert reached["failure_after_effect"] > 0
 
 
 def test_the_guard_in_a_task_run_by_a_real_dramatiq_worker(redis_url, dramatiq_module, tmp_path):
@@ -285,15 +268,7 @@ def test_the_guard_in_a_task_run_by_a_real_dramatiq_worker(redis_url, dramatiq_m
         guard.close()
 
 
-# -- the extra, the command line ---------------------------------------------------------------------
-def test_without_dramatiq_the_target_is_one_line_naming_the_extra(monkeypatch):
-    """A missing dramatiq is BadInput in one line that names the pip extra, before any server is touched."""
-    monkeypatch.delitem(sys.modules, "fence.targets.dramatiq_redis", raising=False)
-    monkeypatch.setitem(sys.modules, "dramatiq", None)
-    with pytest.raises(BadInput) as missing:
-        TARGETS["dramatiq"].open("redis://127.0.0.1:1/0")
-    message = str(missing.value)
-    assert "\n" not in message and "pip install 'fence[dramatiq]'" in message
+# -- the server ----------------------------------------------------------------------------------------
 
 
 def test_on_an_unreachable_redis_the_target_is_one_line(dramatiq_module):
@@ -305,19 +280,3 @@ def test_on_an_unreachable_redis_the_target_is_one_line(dramatiq_module):
     assert "\n" not in str(unreachable.value) and "scripts/redis.sh start" in str(unreachable.value)
 
 
-@pytest.mark.slow
-def test_check_target_finds_the_shipped_row_violated_and_fence_replay_breaks_it_again(redis_url, dramatiq_module,
-                                                                                         tmp_path):
-    """check_target on the shipped row (the machines alone): a duplicate whose file ``fence replay FILE`` replays
-    on dramatiq and Redis, through the public replay_target and the command line."""
-    from fence.testing import check_target, replay_target
-
-    checked = check_target("dramatiq", redis_url, profile="quick", explore=False, out=tmp_path)
-    assert checked.report.cells["no_duplicate_writes"].verdict is Verdict.VIOLATED
-    path = checked.replay_file("no_duplicate_writes")
-    again = replay_target(path, redis_url)
-    assert again.violation is not None and "job1 was written 2 times" in again.violation
-    result = subprocess.run([*FENCE, "replay", str(path), "--redis", redis_url], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0 and "BROKEN on the real system" in result.stdout, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr

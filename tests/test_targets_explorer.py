@@ -1,54 +1,31 @@
-"""The exhaustive explorer on procrastinate: the same world, copied by restoring its database.
+"""The exhaustive explorer on procrastinate, what only it shows: restores and snapshots that forget something.
 
 The target's ledger and fence's destination beside it are restorable
 (``fence.model.restore``): the explorer's generic path deep-copies them as images of
 their tables and keys them by their ``snapshot()``, and its FaithfulnessCheck
-replays paths from scratch on emptied tables to test both. Here: the shipped
-recipe is violated and the explorer's counterexample replays on a fresh
-database; the guarded recipe is proved within ``EXPLORER_BOUND`` with every
-danger reached, and with workers that may fail (``TARGET_BOUND``) too, the
-task's failure going to its guard; and a restore or a snapshot that forgets
-something is caught.
+replays paths from scratch on emptied tables to test both. What every target
+shows (the shipped row's duplicate found and replayed, the guarded row proved
+with and without failures) is in tests/test_targets_rows.py. Here: a restore or
+a snapshot of procrastinate's tables that forgets something is caught, and
+judge_target combines both engines on both rows.
 
 Every test needs PostgreSQL and procrastinate (see tests/test_targets.py).
 """
 
 from __future__ import annotations
 
-
 import pytest
 
 from fence.explore.results import Outcome
 from fence.checking.verdicts import Verdict, profile_settings
-from fence.targets import EXPLORER_BOUND, TARGET_BOUND, TARGETS, explore_target, judge_target
-from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
+from fence.targets import EXPLORER_BOUND, TARGETS, judge_target
+from tests.target_explorer_checks import FAITHFULNESS, mutated_walk_is_caught
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
 
-procrastinate_module, shipped, guarded = system_fixtures("procrastinate")
-
-
-def test_the_explorer_finds_procrastinates_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
-    """Breadth first on the shipped recipe: a job written twice, whose path replays on another storage's emptied tables."""
-    shipped_duplicate_replays("procrastinate", shipped, postgres_url)
-
-
-@pytest.mark.slow  # 14 s; in every run, celery's guarded proof takes the same path (guarded_row_proved)
-def test_the_explorer_proves_the_guarded_row_without_failures_and_reaches_every_danger(guarded):
-    """procrastinate with fence.guard, every interleaving within EXPLORER_BOUND with workers that never fail: nothing
-    broken, every danger reached, copies faithful. With failures too (the next test)."""
-    guarded_row_proved("procrastinate+guard", guarded, destination_on_the_server=True, bound=EXPLORER_BOUND)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # a whole walk on the server: minutes, more on a busy machine
-def test_with_failures_the_explorer_proves_the_guarded_row_and_reaches_the_failure_danger(guarded):
-    """Every interleaving within TARGET_BOUND, workers that may fail (about 11,700 states, minutes): the task's failure
-    goes to its guard, so nothing breaks; failure_after_effect among the dangers reached. (With procrastinate's own
-    finish_job(failed) as the guarded failure path, 4 and 6 broke: issue 25's finding, kept on the shipped row.)"""
-    guarded_row_proved("procrastinate+guard", guarded, destination_on_the_server=True, bound=TARGET_BOUND)
+procrastinate_module, _, _ = system_fixtures("procrastinate")
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
@@ -100,20 +77,7 @@ def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, procra
     At the bound without failures, where the guarded row holds: a false violation there is the mutation's alone.
     """
     mutation(procrastinate_module, monkeypatch)
-    storage = TARGETS["procrastinate+guard"].open(postgres_url)
-    try:
-        found = explore_target(TARGETS["procrastinate+guard"], storage, EXPLORER_BOUND, faithfulness=FAITHFULNESS,
-                               time_budget=60)
-    finally:
-        storage.close()
-    if CAUGHT[mutation] == "does not replay":
-        # Neither reported as a violation nor proved (this once raised an AssertionError instead).
-        assert found.unfaithful is not None and "does not break it when replayed from scratch" in found.unfaithful
-        assert found.outcome() is Outcome.UNDETERMINED
-        return
-    assert found.unfaithful is not None and "answer" in found.unfaithful, found.unfaithful
-    assert 0 < found.faithfulness_checks <= sum(FAITHFULNESS) and not found.exhausted
-    assert found.outcome() is not Outcome.PROVED
+    mutated_walk_is_caught("procrastinate+guard", postgres_url, CAUGHT[mutation], bound=EXPLORER_BOUND, said=("answer",))
 
 
 # -- both engines, as fence targets combines them ----------------------------------------------

@@ -1,13 +1,13 @@
-"""The exhaustive explorer on arq with Redis: the same world, copied by restoring every key of the database.
+"""The exhaustive explorer on arq with Redis, what only it shows: a snapshot that leaves out enqueue instants.
 
 arq's ledger is restorable through ``fence.targets.images`` (every key, TTLs as
 ticks); its ``snapshot()`` leaves out what differs between equal states (the
 enqueue instants in ``arq:queue`` scores and inside the pickled job and result).
-As shipped the explorer finds the duplicate and its path replays on a fresh
-database; with the worker's failure path, arq's failure handler (finish the job,
-failed) breaks the naive row too; with fence.guard it is proved within
-``TARGET_BOUND`` with every danger reached. The walks take one to five minutes:
-slow.
+What every target shows (the shipped row's duplicate found and replayed; arq's
+failure handler, finishing a job its lease no longer holds, the shortest
+breach of 4; the guarded row proved with failures, minutes: slow) is in
+tests/test_targets_rows.py. Here: equal states snapshot alike, and a snapshot
+without time is reported unfaithful.
 
 Every test needs Redis and arq (see tests/test_targets_arq.py).
 """
@@ -19,10 +19,7 @@ import time
 import pytest
 
 from fence.model.policies import POLICIES
-from fence.targets import TARGET_BOUND, TARGETS
-from tests.target_explorer_checks import (
-    guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
-)
+from fence.targets import TARGETS
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -45,31 +42,6 @@ def test_equal_states_reached_at_different_instants_have_one_snapshot(guarded):
     assert snapshots[0] == snapshots[1]
     keys = dict((entry[0], entry[2]) for entry in snapshots[0][1])
     assert keys[b"arq:result:job1#1"] == "(True, 1)"  # the result read back: a success, on the job's first try
-
-
-@pytest.mark.slow
-def test_the_explorer_finds_arqs_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):
-    """Breadth first on arq's re-pick: a job written twice, whose path replays on another storage's emptied database."""
-    shipped_duplicate_replays("arq", shipped, redis_url)
-
-
-@pytest.mark.slow
-def test_with_failures_arqs_failed_finish_of_a_released_job_is_found_and_replays(shipped, redis_url):
-    """A stale worker's failure finishes the job its lease no longer holds (finish_job keys on the id): found, replayed."""
-    sentences = shortest_failure_finding_replays(
-        "arq", shipped, redis_url, "capacity_conserved",
-        "job1#1: the ledger accepted fail on job1/r1, which was unused (the table allows nothing): it left the table",
-    )
-    assert sentences[0].startswith("a worker reserves a unit for job1 as attempt job1#1")
-    released = next(i for i, s in enumerate(sentences) if "sees job1/r1 expired and frees its unit" in s)
-    assert sentences[-1].startswith("job1#1 fails") and released < len(sentences) - 1, sentences
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1200)  # about 16,000 states (the fresh job id doubles arq's keys): 5 min on this machine
-def test_the_explorer_proves_the_guarded_row_with_failures_and_reaches_every_danger(guarded):
-    """arq with fence.guard, every interleaving within TARGET_BOUND (failures on): nothing broken, every danger reached."""
-    guarded_row_proved("arq+guard", guarded, destination_on_the_server=False, bound=TARGET_BOUND)
 
 
 def test_a_snapshot_without_time_is_reported_unfaithful(redis_url, arq_module):

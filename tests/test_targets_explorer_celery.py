@@ -1,34 +1,29 @@
-"""The exhaustive explorer on celery with kombu's Redis transport: the same world, copied by restoring Redis.
+"""The exhaustive explorer on celery with kombu's Redis transport, what only it shows.
 
-As tests/test_targets_explorer.py does for procrastinate: celery's ledger (every
-key of its Redis database: kombu's queues, bindings, ``unacked`` and
-``unacked_index``, with fence's own records beside them) is restorable
-(``fence.model.restore``: a dump of every key, a load after FLUSHDB), and the
-destination is fence's in-memory one, so the explorer's generic path copies
-worlds and keys them by their ``snapshot()`` (delivery tags and task ids by
-rank), and its FaithfulnessCheck replays paths from scratch on an emptied
-database. Here: kombu's restore_visible is violated and the explorer's
-counterexample replays on a fresh database; the guarded recovery is proved
-within ``EXPLORER_BOUND`` with every danger reached (about 15 s); and a restore or a
-snapshot that forgets something is caught. With the worker's failure path
-(``failures=True``): celery's ack on failure, keyed by the delivery tag alone,
-breaks the shipped row (its shortest counterexample replays on a fresh
-database); the guarded task's failure goes to its guard, and that row is proved.
+celery's ledger (every key of its Redis database: kombu's queues, bindings,
+``unacked`` and ``unacked_index``, with fence's own records beside them) is
+restorable (``fence.model.restore``: a dump of every key, a load after FLUSHDB),
+and the destination is fence's in-memory one, so the explorer's generic path
+copies worlds and keys them by their ``snapshot()`` (delivery tags and task ids
+by rank), and its FaithfulnessCheck replays paths from scratch on an emptied
+database. What every target shows (restore_visible's duplicate found and
+replayed; celery's ack on failure, keyed by the delivery tag alone, the shortest
+breach of 5; the guarded row proved with and without failures) is in
+tests/test_targets_rows.py. Here: a restore or a snapshot of celery's keys that
+forgets something is caught; a copy's restore after a load (a regression at two
+jobs); and the deep profile's walk at 2 units x 2 jobs.
 
 Every test needs Redis and celery (see tests/test_targets_celery.py).
 """
 
 from __future__ import annotations
 
-
 import pytest
 
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig, Reserve, Scan, Tick, World
-from fence.targets import TARGET_BOUND, TARGETS, explore_target
-from tests.target_explorer_checks import (
-    FAITHFULNESS, mutated_walk_is_caught, guarded_row_proved, shipped_duplicate_replays, shortest_failure_finding_replays,
-)
+from fence.targets import TARGETS, explore_target
+from tests.target_explorer_checks import FAITHFULNESS, mutated_walk_is_caught, zset_scores_now
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -37,27 +32,12 @@ pytestmark = pytest.mark.redis
 celery_module, shipped, guarded = system_fixtures("celery")
 
 
-def test_the_explorer_finds_celerys_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):
-    """Breadth first on restore_visible: a job written twice, whose path replays on another storage's emptied database."""
-    shipped_duplicate_replays("celery", shipped, redis_url)
-
-
-def test_the_explorer_proves_the_guarded_row_within_its_bound_and_reaches_every_danger(guarded):
-    """celery with fence.guard, every interleaving within EXPLORER_BOUND: nothing broken, every danger reached, copies faithful."""
-    guarded_row_proved("celery+guard", guarded, destination_on_the_server=False)
-
-
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
 def _forget_delivery_times(module, monkeypatch):
     """A load that sets every delivery time in unacked_index to now: time restored as an instant, not as ticks."""
     real = module.load_keys
 
-    def now_again(client, image):
-        keys = tuple((name, kind, tuple((member, 0) for member, _ in value) if kind == "zset" else value)
-                     for name, kind, value in image.keys)
-        real(client, module.Image(keys))
-
-    monkeypatch.setattr(module, "load_keys", now_again)
+    monkeypatch.setattr(module, "load_keys", lambda client, image: real(client, module.Image(zset_scores_now(image.keys))))
 
 
 def _forget_the_queues(module, monkeypatch):
@@ -159,23 +139,3 @@ def test_a_violation_the_deeper_walk_finds_becomes_its_cell(shipped, redis_url):
     cell = report.cells[duplicate.name]
     assert cell.verdict is Verdict.VIOLATED and cell.counterexample.config == EXPLORER_DEEP_BOUND
     assert "within 2 unit(s), 2 job(s)" in cell.detail
-
-
-# -- the worker's failure path: celery's ack on failure, keyed by the delivery tag alone --------
-def test_a_stale_workers_failure_acks_the_retrys_delivery_as_shipped(shipped, redis_url):
-    """The issue's class on celery: the restored message keeps its tag, so the first worker's ack on failure removes the retry's."""
-    story = shortest_failure_finding_replays(
-        "celery", shipped, redis_url, "stale_attempt_cannot_change_newer",
-        "job1#1's fail changed job1/r2, which belongs to job1#2")
-    assert story[2:] == ["janitor 0 sees job1/r1 expired and frees its unit",
-                         "job1 is retried: a worker reserves a unit as attempt job1#2 (lease until t=4)",
-                         "job1#1 fails before its effect and reports it: job1/r2 is unused"]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # a whole walk on the server: minutes, more on a busy machine
-def test_guarded_with_failures_the_row_is_proved_and_every_danger_is_reached(guarded):
-    """celery+guard exhausted with failures on (about 11,700 states, minutes): the task's failure goes to its guard, so
-    nothing breaks, failure_after_effect reached. (With celery's ack on failure as the guarded failure path, 4 and 6
-    broke: issue 25's finding, kept on the shipped row.)"""
-    guarded_row_proved("celery+guard", guarded, destination_on_the_server=False, bound=TARGET_BOUND)

@@ -1,46 +1,31 @@
-"""The exhaustive explorer on DBOS: the same world, copied by restoring DBOS's tables.
+"""The exhaustive explorer on DBOS, what only it shows: restores and snapshots of DBOS's tables that forget something.
 
 DBOS's ledger is restorable: its image is the four tables a world writes
 (``workflow_status``, ``workflow_input``, ``operation_outputs``,
 ``workflow_output``) as JSON, loaded after deleting theirs; its snapshot keeps
 of each workflow only what decides an answer (status, executor, ownership
 token, dispatch count, queue) and, per claim, whether its executor is silent
-for a lease. Here: DBOS's own recovery is violated and the explorer's
-counterexample replays on a fresh database; a restore or snapshot that forgets
-something is caught; with ``--run-slow``, the guarded row is proved within
-``TARGET_BOUND`` (workers that may fail) with every danger reached.
+for a lease. What every target shows (DBOS's own recovery violated and the
+explorer's counterexample replayed; the guarded row proved within
+``TARGET_BOUND``, slow) is in tests/test_targets_rows.py. Here: a restore or
+snapshot that forgets something is caught.
 
 Every test needs PostgreSQL and dbos (see tests/test_targets_dbos.py).
 """
 
 from __future__ import annotations
 
-
 import pytest
 
 from fence.explore.results import Outcome
 from fence.targets import TARGET_BOUND, TARGETS, explore_target
-from tests.target_explorer_checks import FAITHFULNESS, guarded_row_proved, shipped_duplicate_replays
+from tests.target_explorer_checks import FAITHFULNESS
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.postgres
 
 
-
-dbos_module, shipped, guarded = system_fixtures("dbos")
-
-
-@pytest.mark.slow
-def test_the_explorer_finds_dboss_duplicate_and_it_replays_on_a_fresh_database(shipped, postgres_url):
-    """Breadth first on DBOS's recovery: a job written twice, whose path replays on another storage's emptied tables."""
-    shipped_duplicate_replays("dbos", shipped, postgres_url)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(1800)  # a whole walk on the server: minutes, more on a busy machine
-def test_the_explorer_proves_the_guarded_row_with_failing_workers_and_reaches_every_danger(guarded):
-    """DBOS with fence.guard, every interleaving within TARGET_BOUND: nothing broken, failure_after_effect reached too."""
-    guarded_row_proved("dbos+guard", guarded, destination_on_the_server=True, bound=TARGET_BOUND)
+dbos_module, _, _ = system_fixtures("dbos")
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------

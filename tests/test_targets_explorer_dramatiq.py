@@ -1,63 +1,30 @@
-"""The exhaustive explorer on dramatiq with its Redis broker: the same world, copied by restoring Redis.
+"""The exhaustive explorer on dramatiq with its Redis broker, what only it shows: copies that forget something.
 
 dramatiq's ledger (every key of its Redis database: queues, message hashes,
 ack sets, heartbeats, delay and dead-letter queues, with fence's own records
 beside them) is restorable: its image keeps heartbeats and dead-letter
 instants (milliseconds) as ticks ago and a delayed retry's eta as ticks ahead,
-and its ``snapshot()`` names worker and message ids by rank. Here: maintenance
-is violated and the explorer's counterexample replays on a fresh database; a
-stale worker's failure (Retries enqueues a second retry) is the shortest
-breach of invariant 5 and replays too; a restore or a snapshot that forgets
-something is caught; and the guarded recovery is proved within
-``TARGET_BOUND`` (failures on, about 4 minutes) with every danger reached.
-
-The walks that take more than a few seconds are marked slow (--run-slow): the
-non-slow suite keeps the mutations, and tests/test_targets_dramatiq.py replays
-the shipped row's duplicate on its fixed path.
+and its ``snapshot()`` names worker and message ids by rank. What every target
+shows (maintenance's duplicate found and replayed; a stale worker's failure,
+Retries enqueueing a second retry, the shortest breach of 5; the guarded row
+proved with failures, about 4 minutes) is in tests/test_targets_rows.py, its
+walks of more than a few seconds slow. Here: a restore or a snapshot of
+dramatiq's keys that forgets something is caught.
 
 Every test needs Redis and dramatiq (see tests/test_targets_dramatiq.py).
 """
 
 from __future__ import annotations
 
-
 import pytest
 
-from fence.targets import TARGET_BOUND
-from tests.target_explorer_checks import (
-    guarded_row_proved, mutated_walk_is_caught, shipped_duplicate_replays, shortest_failure_finding_replays,
-)
+from tests.target_explorer_checks import mutated_walk_is_caught, zset_scores_now
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
 
-dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
-
-
-@pytest.mark.slow
-def test_the_explorer_finds_dramatiqs_duplicate_and_it_replays_on_a_fresh_database(shipped, redis_url):
-    """Breadth first on maintenance: a job written twice, whose path replays on another storage's emptied database."""
-    shipped_duplicate_replays("dramatiq", shipped, redis_url)
-
-
-@pytest.mark.slow
-def test_a_stale_workers_failure_is_the_shortest_breach_of_invariant_5_and_it_replays(shipped, redis_url):
-    """Retries enqueues a retry whatever the worker holds: the stalled worker's failure, after the retry took the
-    message, is accepted (the broker changed) and fence's facts call it a stale attempt changing a newer one."""
-    story = shortest_failure_finding_replays(
-        "dramatiq", shipped, redis_url, "stale_attempt_cannot_change_newer",
-        "job1#1's fail changed job1/r2, which belongs to job1#2")
-    assert story[2:] == ["janitor 0 sees job1/r1 expired and frees its unit",
-                         "job1 is retried: a worker reserves a unit as attempt job1#2 (lease until t=4)",
-                         "job1#1 fails before its effect and reports it: job1/r1 is unused"]
-
-
-@pytest.mark.slow
-def test_the_explorer_proves_the_guarded_row_with_failures_and_reaches_every_danger(guarded):
-    """dramatiq with fence.guard, every interleaving within TARGET_BOUND (workers that may fail): nothing broken,
-    every danger reached, failure_after_effect included, copies faithful (about 4 minutes)."""
-    guarded_row_proved("dramatiq+guard", guarded, destination_on_the_server=False, bound=TARGET_BOUND)
+dramatiq_module, _, _ = system_fixtures("dramatiq")
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something ---------------------------
@@ -65,12 +32,8 @@ def _forget_heartbeats(module, monkeypatch):
     """A load that stamps every heartbeat now: time restored as an instant, not as ticks ago."""
     real = module.DramatiqLedger.load
 
-    def now_again(self, image):
-        keys = tuple((name, kind, tuple((member, 0) for member, _ in value) if kind == "zset" else value)
-                     for name, kind, value in image.keys)
-        real(self, module.RedisImage(keys, image.ttls))
-
-    monkeypatch.setattr(module.DramatiqLedger, "load", now_again)
+    monkeypatch.setattr(module.DramatiqLedger, "load", lambda self, image: real(
+        self, module.RedisImage(zset_scores_now(image.keys), image.ttls)))
 
 
 def _forget_the_ack_sets(module, monkeypatch):

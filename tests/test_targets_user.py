@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -189,28 +188,6 @@ def test_a_target_built_inside_a_function_is_checked_but_its_files_say_they_cann
         checked.assert_not_found(BROKEN)
     with pytest.raises(BadInput, match="cannot find again"):
         replay_target(checked.replay_file(BROKEN), redis_url)
-
-
-@pytest.mark.parametrize("row", [pytest.param("procrastinate", marks=pytest.mark.postgres),
-                                 pytest.param("celery", marks=pytest.mark.redis)])
-def test_a_shipped_rows_counterexample_replays_on_its_library_by_fence_replay(row, request, tmp_path):
-    """check_target on a shipped row, then fence replay of its duplicate: broken again on that library's server."""
-    url = request.getfixturevalue("postgres_url" if row == "procrastinate" else "redis_url")
-    from fence.targets import TARGETS
-
-    try:
-        __import__(TARGETS[row].storage.rpartition(":")[0])
-    except ImportError as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI runs the {row} target for real, and it cannot be imported: {error}", pytrace=False)
-        pytest.skip(f"{row} is not installed ({error})")
-    checked = check_target(row, url, explore=False, out=tmp_path)
-    path = checked.replay_file("no_duplicate_writes")
-    assert path == tmp_path / f"{row}__naive__no_duplicate_writes.json"
-    option = "--postgres" if row == "procrastinate" else "--redis"
-    result = _fence("replay", str(path), option, url, cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"target {row}," in result.stdout and f"BROKEN on the real system ({TARGETS[row].system} " in result.stdout
 
 
 @pytest.mark.parametrize("row", [pytest.param("procrastinate", marks=pytest.mark.postgres),
