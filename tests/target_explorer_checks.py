@@ -120,6 +120,8 @@ def guarded_row_proved(row: str, guarded, *, destination_on_the_server: bool, bo
         assert guarded.session.restorer.loads > 0
     else:
         assert guarded.session.restorer.loads > found.states
+    # The expectation is checked against the storage itself, so a wrong table entry fails here, by name.
+    assert destination_on_the_server == (guarded.store is not None), f"{row}: its destination is not where the test says"
     if destination_on_the_server:
         assert guarded.restorers["destination"].loads > 0
 
