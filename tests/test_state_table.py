@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fence.explore.state_key import job_parts
+from fence.explore.state_key import job_parts, state_key
 from fence.explore.whole_state import NOT_STATE, whole_state
 from fence.model.ledger import Ledger
 from fence.model.policies import FENCE_POLICY_TYPES, POLICIES
@@ -188,3 +188,25 @@ def test_an_entry_of_a_per_job_field_that_names_no_job_is_refused():
     with pytest.raises(ValueError, match="retry_queue is declared per job, but its entry 'everyone' names no job"):
         job_projection(world, "job1")
 
+
+def test_a_follow_up_a_users_policy_has_pending_is_in_the_key():
+    """Regression: ``follow_ups`` is per-job state the key's job parts once left out, merging states that differ.
+
+    A user's policy keyed by the twins (``key_users_policy``) with an
+    ``after_release`` leaves a follow-up pending after a release; taken at once
+    it may do nothing (the attempt committed already), taken later it may act.
+    The two states differ only in the pending follow-up and must not share a key.
+    """
+    root = World(FreeThenAbandon(), ModelConfig(capacity=1, jobs=1, max_attempts=2, lease=2, horizon=2))
+    root.key_users_policy()
+    inert = 0
+    for world in _reachable(root, 400):
+        for action in world.enabled("settle"):
+            if not action.follow_up:
+                continue
+            child = world.clone(history=False)
+            child.apply(action)
+            assert state_key(child) != state_key(world)
+            without = [(name, value) for name, value in whole_state(world)[1] if name != "follow_ups"]
+            inert += without == [(name, value) for name, value in whole_state(child)[1] if name != "follow_ups"]
+    assert inert  # the walk reached a follow-up that changed nothing else

@@ -41,7 +41,8 @@ class Field:
     name: str
     copy: str
     """The copy's value, as a Python expression: ``{v}`` is the field's value in the world
-    copied; ``history`` (whether the copy keeps the trace and findings) is in scope."""
+    copied (a ``str.format`` field: other braces are doubled); ``history`` (whether the copy
+    keeps the trace and findings) is in scope."""
     not_state: str = ""
     """Why the field is not state (the same in every state, history, or a cache); empty if it is state."""
     per_job: bool = False
@@ -66,13 +67,16 @@ SAME = "{v}"
 """The copy holds the same object: a value, or something no step changes."""
 
 WORLD_STATE: tuple[Field, ...] = (
-    Field("policy", SAME, not_state="the walk's policy, the same in every state (fence's policies are frozen)",
-          generic=True),
+    Field("policy", SAME, generic=True,
+          not_state="the walk's policy, the same in every state (fence's policies are frozen; "
+                    "a user's keyed by the twins is checked to keep nothing)"),
     Field("config", SAME, not_state="the walk's bounds, the same in every state", generic=True),
     Field("destination", "{v}.clone()", per_job=True, fingerprint="destination_snapshot({v})", generic=True),
     Field("ledger", "{v}.copy()", per_job=True, fingerprint="ledger_snapshot({v})", generic=True),
+    # Not per job: the key reads its abandon answers whole, and the rest follows from fence's parts.
     Field("observer", "{v}.copy(findings=history)", generic=True,
-          unfingerprinted="it records what the ledger, the destination and the network did, which are"),
+          unfingerprinted="it records what the ledger, the destination and the network did: a round "
+                          "that changes it changes them"),
     Field("policy_twins", SAME,
           not_state="the walk's checks of a user's policy (fence.model.policy_twins), the same in every state"),
     Field("_janitors", "None", generic=True,
