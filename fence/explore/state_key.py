@@ -52,14 +52,16 @@ def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
     """The key's part of each job in ``wanted``, written in names relative to the job.
 
     A part depends on the job's reservations (and the clock, through their
-    deadlines), the janitors' answers about them, the destination's effects
-    for the job's key and witness entries for its attempts, its attempts,
-    their messages in flight and its retries queued: nothing another job's
-    step changes (``World.job_memo`` relies on it).
+    deadlines), the janitors' answers about them and the policy's follow-ups
+    pending on them, the destination's effects for the job's key and witness
+    entries for its attempts, its attempts, their messages in flight and its
+    retries queued: nothing another job's step changes (``World.job_memo``
+    relies on it; tests/test_state_table.py holds it against the per-job
+    fields ``fence.model.state_table`` declares).
     """
     now = world.now
     parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in wanted}
-    # per job: 0 reservations (with the janitors' answers), 1 effects, 2 witness
+    # per job: 0 reservations (with the janitors' answers and follow-ups), 1 effects, 2 witness
     # entries, 3 attempts, 4 messages in flight, 5 retries queued.
     # Enum members are compared by identity (``is``), never looked up in sets:
     # an Enum's hash is a Python-level call, and the key is made per transition.
@@ -148,6 +150,14 @@ def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
         part = parts.get(job)
         if part is not None:
             part[5] += 1
+    # A user's policy's second step after a release (``after_release``), not yet taken, counts
+    # with its reservation: taken later, it may act otherwise. Which janitor takes it does not
+    # matter (janitors are interchangeable). fence's own policies take none.
+    for _janitor, rid in world.follow_ups:
+        job, _, number = rid.partition("/")
+        part = parts.get(job)
+        if part is not None:
+            part[0].append((number, "follow_up"))
     return {
         job: (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
         for job, p in parts.items()

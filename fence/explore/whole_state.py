@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+from fence.model.state_table import NOT_STATE
 from fence.model.world import World
 from fence.explore.state_key import _PLAIN, _sorted
 
@@ -11,36 +12,12 @@ from fence.explore.state_key import _PLAIN, _sorted
 # ``state_key`` is written by hand, because its reductions are argued (see
 # ``fence.explore.walk``). What guards it against a field it forgot is this reading
 # of the same state, derived from the objects' own fields: every field of the
-# world and of fence's parts is in it unless it is declared below, with the reason
-# it is not state. A field added to any of them is in the whole state without a
-# word (or, of a type the reading does not know, makes it raise), and the tests
-# walk every policy by both keys and compare what they conclude
-# (``tests/test_explore.py``): a state the hand-kept key merges wrongly shows as
-# another verdict, counterexample length or danger.
-NOT_STATE: dict[str, dict[str, str]] = {
-    "World": {
-        "policy": "the walk's policy, the same in every state (fence's policies are frozen)",
-        "config": "the walk's bounds, the same in every state",
-        "jobs": "the job names, the same in every state",
-        "trace": "history: what happened, not what can happen next",
-        "_janitors": "references to the ledger, the destination and the policy; janitors keep no state",
-        "_enabled_cache": "a cache of the enabled actions, computed from the state",
-        "job_memo": "a cache of key parts and memo details, computed from the state",
-        "policy_twins": "the walk's checks of a user's policy (fence.model.policy_twins), the same in every state",
-    },
-    "Ledger": {
-        "capacity": "the walk's bound, the same in every state",
-        "slots": "a constant of the ledger's kind",
-        "_shared": "copy-on-write bookkeeping between clones",
-    },
-    "TicketService": {"_shared": "copy-on-write bookkeeping between clones"},
-    "Observer": {
-        "capacity": "the walk's bound, the same in every state",
-        "slots": "a constant of the ledger's kind",
-        "findings": "history: what broke, judged per transition",
-        "reached": "history: the dangers visited, counted per transition",
-    },
-}
+# world and of fence's parts is in it unless the state table
+# (``fence.model.state_table``) declares it not state, with the reason. A field
+# added to any of them is in the whole state without a word (or, of a type the
+# reading does not know, makes it raise), and the tests walk every policy by both
+# keys and compare what they conclude (``tests/test_explore.py``): a state the
+# hand-kept key merges wrongly shows as another verdict, counterexample length or danger.
 
 
 def whole_state(world: World) -> tuple:
@@ -84,7 +61,10 @@ def _reader_for(kind: type):
             (k if type(k) in _PLAIN else _read(k), v if type(v) in _PLAIN else _read(v)) for k, v in mapping.items()
         ]))
     if not kind.__module__.startswith("fence."):
-        raise TypeError(f"whole_state cannot read a {kind.__qualname__} ({kind.__module__}): declare it in NOT_STATE")
+        raise TypeError(
+            f"whole_state cannot read a {kind.__qualname__} ({kind.__module__}): "
+            "declare it in NOT_STATE (fence.model.state_table)"
+        )
     left_out = NOT_STATE.get(kind.__name__, {})
     slots = sorted({name for klass in kind.__mro__ for name in getattr(klass, "__slots__", ())} - set(left_out))
     name = kind.__name__

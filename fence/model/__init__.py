@@ -11,6 +11,7 @@
 * ``observer``     the one observer of ground truth: facts recorded, findings per invariant
 * ``world``        workers, a lossy network, janitors, one ledger and one destination (``World``,
                    ``ModelConfig``, ``Action``)
+* ``state_table``  every field of a World declared once (``WORLD_STATE``): its copy and fingerprint are written from it
 * ``invariants``   the seven named invariants and the dangerous interleavings a verdict must reach
 * ``restore``      plug-ins whose state lives on a server, copied by dumping and restored by loading
 

@@ -39,6 +39,7 @@ from fence.model.policies import FENCE_POLICY_TYPES, Evidence, JanitorPolicy
 from fence.model.worker import Phase, can_still_write
 from fence.model.config import ModelConfig
 from fence.model.drain import Drain, snapshot_is_complete
+from fence.model.state_table import compile_world_code, undeclared_fields, undeclared_problem
 from fence.model.actions import Action, Attempt, InapplicableAction, Message, MessageKind, Step
 from fence.model.janitor_actions import Probe, Scan, Settle
 from fence.model.network_actions import Deliver, LoseAck, Tick
@@ -94,6 +95,9 @@ class World(Drain):
         """Values computed from one job's part of the world (the explorer's key parts, under
         the job's name, and its memo details, under ``JOB_DETAIL`` + name), each dropped by
         any step that touches that job (``Action.job_in``)."""
+        # Every field is declared in fence.model.state_table's WORLD_STATE, which the copies are written from.
+        if undeclared_fields(self):
+            raise TypeError(undeclared_problem(self))
 
     def _make_janitors(self) -> None:
         # A janitor's policy talks to the destination through the observer, so that
@@ -278,36 +282,15 @@ class World(Drain):
         """
         if not self.fast_copy_is_faithful():
             return self._generic_clone(history)
-        other = World.__new__(World)
-        other.policy = self.policy
-        other.config = self.config
-        other.destination = self.destination.clone()
-        other.ledger = self.ledger.copy()
-        other.observer = self.observer.copy(findings=history)
-        other._janitors = None  # made on first use (see ``janitors``)
-        self._copy_worker_side(other, history)
-        other.evidence = [dict(e) for e in self.evidence]  # fence's Evidence is frozen
-        other.job_memo = dict(self.job_memo)  # values computed from the state the copy shares
-        return other
+        return self._copy_fields(history)
 
-    def _copy_worker_side(self, other: World, history: bool) -> None:
-        """Copy the fields only fence keeps (clock, attempts, network, queues, trace) into ``other``."""
-        other.now = self.now
-        other.jobs = self.jobs  # never mutated
-        other.policy_twins = self.policy_twins  # the walk's checks, the same in every state
-        other.attempts = {handle: _copy_attempt(a) for handle, a in self.attempts.items()}
-        other.attempts_used = dict(self.attempts_used)
-        other.retry_queue = list(self.retry_queue)
-        other.network = list(self.network)  # Message is frozen
-        other.owner_of_reservation = dict(self.owner_of_reservation)
-        other.follow_ups = list(self.follow_ups)
-        other.trace = list(self.trace) if history else []
-        other.draining = self.draining
-        # The enabled actions are a function of the state the copy shares: it
-        # starts with what this world computed so far (apply() drops the cache
-        # before it changes anything, so the lists themselves are never changed).
-        cache = self._enabled_cache
-        other._enabled_cache = dict(cache) if cache is not None else None
+    # Written from fence.model.state_table's WORLD_STATE and compiled once (below the class):
+    # ``_copy_fields(history)`` copies every field by its rule (fence's own parts); ``_copy_worker_side(other,
+    # history)`` the fields both copies share (``_generic_clone`` copies the user's parts itself);
+    # ``fingerprint()`` reads the fields the drain's fixed point is judged on.
+    _copy_fields: Callable[[World, bool], World]
+    _copy_worker_side: Callable[[World, World, bool], None]
+    fingerprint: Callable[[World], tuple]
 
     def _generic_clone(self, history: bool) -> World:
         """The copy of a world with a user's ledger, destination or policy.
@@ -369,22 +352,6 @@ class World(Drain):
         other.job_memo = {}  # a user's parts: the explorer's generic key keeps no memo
         return other
 
-    def fingerprint(self) -> tuple:
-        """A hashable picture of everything that decides what can happen next (see ``reached_fixed_point``)."""
-        return (
-            self.now,
-            ledger_snapshot(self.ledger),
-            destination_snapshot(self.destination),
-            tuple(
-                (a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote, a.payload)
-                for a in self.attempts.values()
-            ),
-            tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else "") for m in self.network)),
-            tuple(self.retry_queue),
-            tuple(tuple(sorted(e.items(), key=lambda kv: kv[0])) for e in self.evidence),
-            tuple(self.follow_ups),
-        )
-
 
 def _copy_attempt(attempt: Attempt) -> Attempt:
     other = Attempt.__new__(Attempt)
@@ -408,3 +375,18 @@ def ledger_snapshot(ledger) -> tuple:
 
 _ENABLED: dict[str, Callable[[World], list[Action]]] = {kind: cls.enabled_in for kind, cls in ACTION_CLASSES.items()}
 """Each kind's list of enabled actions, in ``ACTION_KINDS`` order."""
+
+
+def _derive_copies_and_fingerprint() -> None:
+    code = compile_world_code({
+        "World": World, "_copy_attempt": _copy_attempt,
+        "destination_snapshot": destination_snapshot, "ledger_snapshot": ledger_snapshot,
+    })
+    World._copy_fields = code["copy_fields"]
+    World._copy_worker_side = code["copy_worker_side"]
+    World.fingerprint = code["fingerprint"]
+    World.fingerprint.__doc__ = (
+        "A hashable picture of everything that decides what can happen next (see ``reached_fixed_point``).")
+
+
+_derive_copies_and_fingerprint()
