@@ -314,6 +314,7 @@ class VisitedTable:
             slot = (slot + 1) & mask
 
     def __contains__(self, fingerprint: int) -> bool:
+        # ``get``'s probe written out again, not called: ``in`` runs per transition on the abstract walk.
         index, fingerprints, mask = self._index, self._fingerprints, self._mask
         slot = fingerprint & mask
         while True:

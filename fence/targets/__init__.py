@@ -273,6 +273,16 @@ def explore_target(target: Target, storage, config: ModelConfig = EXPLORER_BOUND
 
 
 # -- the server --------------------------------------------------------------------------
+def _given_or_private(url: str | None, variable: str, start_private) -> Iterator[tuple[str, bool]]:
+    """(url, False) for ``url`` or the environment's ``variable``; else (a private server's url, True) while it runs."""
+    url = url or os.environ.get(variable)
+    if url:
+        yield url, False
+        return
+    with start_private() as url:
+        yield url, True
+
+
 @contextlib.contextmanager
 def postgres(url: str | None = None) -> Iterator[tuple[str, bool]]:
     """A PostgreSQL URL: ``url``, $FENCE_POSTGRES_URL, or a private cluster started (and stopped) here.
@@ -280,12 +290,7 @@ def postgres(url: str | None = None) -> Iterator[tuple[str, bool]]:
     Yields (url, started_here). The cluster is the project's own
     (``fence/_scripts/postgres.sh``): 127.0.0.1 only, in a temporary directory.
     """
-    url = url or os.environ.get("FENCE_POSTGRES_URL")
-    if url:
-        yield url, False
-        return
-    with private_postgres() as url:
-        yield url, True
+    yield from _given_or_private(url, "FENCE_POSTGRES_URL", private_postgres)
 
 
 @contextlib.contextmanager
@@ -295,12 +300,7 @@ def redis(url: str | None = None) -> Iterator[tuple[str, bool]]:
     Yields (url, started_here). The server is the project's own
     (``fence/_scripts/redis.sh``): 127.0.0.1 only, nothing on disk.
     """
-    url = url or os.environ.get("FENCE_REDIS_URL")
-    if url:
-        yield url, False
-        return
-    with private_redis() as url:
-        yield url, True
+    yield from _given_or_private(url, "FENCE_REDIS_URL", private_redis)
 
 
 __all__ = [
