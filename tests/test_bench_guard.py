@@ -139,3 +139,14 @@ def test_with_no_queue_installed_the_bench_is_one_line_and_exit_2(monkeypatch, t
                    "(or '.[test]' for every queue); arq: fence_no_arq is not installed: pip install -e '.[arq]' "
                    "(or '.[test]' for every queue)"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_driver_name_the_bench_does_not_know_is_one_line_before_any_server_starts(monkeypatch, capsys, tmp_path):
+    """A typo in FENCE_BENCH_PGQUEUER_DRIVER once ran psycopg's driver quietly: now it is refused, nothing written."""
+    monkeypatch.setenv(PGQUEUER_DRIVER, "asyncpq")
+    monkeypatch.setattr(guard_cost, "run_once", lambda *args, **kwargs: pytest.fail("no queue may run"))
+    status = main(["bench", "guard", "--out", str(tmp_path), "--queue", "pgqueuer"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err == ["fence: FENCE_BENCH_PGQUEUER_DRIVER='asyncpq': name asyncpg or psycopg, or unset it"]
+    assert list(tmp_path.iterdir()) == []

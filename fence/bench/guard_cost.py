@@ -305,6 +305,8 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         raise BadInput("no queue to run: " + "; ".join(missing))
     for line in missing:
         print(f"fence: not run: {line}", file=sys.stderr)
+    if any(runner.name == "pgqueuer" for runner in runners):
+        pgqueuer_driver()  # a bad FENCE_BENCH_PGQUEUER_DRIVER is one line before any server starts
     needed = {"postgres"} | {runner.server for runner in runners}
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     results: dict[tuple[str, str], list[Run]] = {}
@@ -351,7 +353,9 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         "# p50/p99 ms: enqueue to finish per job; every job is enqueued before the workers start, so this is mostly",
         "#   the workers' start-up and the wait behind the backlog, not the guard",
         "# task p50/p99 ms: the task's own start to finish, the effect included: the guard's price per job",
-        "# worker processes: " + "; ".join(f"{runner.name}: {runner.worker}" for runner in runners),
+        "# worker processes: " + "; ".join(
+            f"{runner.name}: {runner.worker}" + (f" on {pgqueuer_driver()}" if runner.name == "pgqueuer" else "")
+            for runner in runners),
         *(["# pgqueuer's manager ran on psycopg's driver (asyncpg is not installed, or FENCE_BENCH_PGQUEUER_DRIVER",
             "#   chose it), whose NOTIFY watcher can stall a drain 1 s at a time: see the stalled rounds, and",
             "#   fence.bench.guard_cost"]

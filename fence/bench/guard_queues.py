@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from fence.base.errors import BadInput
+
 QUEUE = "fence_bench"
 TASK = "fence_bench_effect"
 PAYLOAD = "ticket"
@@ -115,7 +117,6 @@ def _procrastinate_app(url: str, body: Callable | None = None):
 
 def _procrastinate_enqueue(url: str, keys: Sequence[str]) -> None:
     from fence.targets import procrastinate as recipe
-
     app, task = _procrastinate_app(url)
 
     async def enqueue():
@@ -165,22 +166,22 @@ def _pgqueuer_enqueue(url: str, keys: Sequence[str]) -> None:
     asyncio.run(enqueue())
 
 
-PGQUEUER_DRIVER = "FENCE_BENCH_PGQUEUER_DRIVER"
-"""Names the manager's driver, "asyncpg" or "psycopg"; unset: asyncpg when it imports, as ``pgq run`` picks."""
+PGQUEUER_DRIVER = "FENCE_BENCH_PGQUEUER_DRIVER"  # "asyncpg" or "psycopg"; unset: asyncpg if it imports, as pgq run
 
 
 def pgqueuer_driver() -> str:
     """The QueueManager's driver (psycopg's stalls a drain 1 s at a time: see ``fence.bench.guard_cost``)."""
-    return os.environ.get(PGQUEUER_DRIVER) or ("asyncpg" if importlib.util.find_spec("asyncpg") else "psycopg")
+    forced = os.environ.get(PGQUEUER_DRIVER)
+    if forced and forced not in ("asyncpg", "psycopg"):
+        raise BadInput(f"{PGQUEUER_DRIVER}={forced!r}: name asyncpg or psycopg, or unset it")
+    return forced or ("asyncpg" if importlib.util.find_spec("asyncpg") else "psycopg")
 
 
 @asynccontextmanager
 async def _pgqueuer_manager_queries(url: str, driver: str):
     from pgqueuer import Queries
-
     if driver == "asyncpg":
         import asyncpg
-
         connection = await asyncpg.connect(url)
         try:
             yield Queries.from_asyncpg_connection(connection)
@@ -188,7 +189,6 @@ async def _pgqueuer_manager_queries(url: str, driver: str):
             await connection.close()
     else:
         import psycopg
-
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
             yield Queries.from_psycopg_connection(connection)
 
@@ -469,7 +469,7 @@ RUNNERS: dict[str, QueueRunner] = {runner.name: runner for runner in (
                 "App.run_worker_async(wait=False, concurrency=1)"),
     QueueRunner("pgqueuer", "pgqueuer", ("pgqueuer", "psycopg"), "pgqueuer", "postgres",
                 _pgqueuer_enqueue, _pgqueuer_work, True,
-                f"QueueManager.run(mode=drain, batch_size=1) on {pgqueuer_driver()}"),
+                "QueueManager.run(mode=drain, batch_size=1)"),  # on pgqueuer_driver(): the record says which
     QueueRunner("celery", "celery", ("celery", "redis", "psycopg"), "celery", "redis",
                 _reset_redis_then(_celery_enqueue), _celery_work, False,
                 "app.worker_main: worker --pool=solo --concurrency=1, acks_late"),
