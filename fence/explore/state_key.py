@@ -12,10 +12,12 @@ import dataclasses
 import enum
 import itertools
 import re
+from typing import Callable
 
 from fence.model.destination import payloads_by_key
 from fence.model.ledger import Ledger, ReservationState
 from fence.model.policies import FENCE_POLICY_TYPES, Evidence
+from fence.model.state_table import compile_per_job_code
 from fence.model.world import Action, MessageKind, Phase, World, destination_snapshot, ledger_snapshot
 
 
@@ -48,125 +50,14 @@ def state_key(world: World, symmetry: bool = False) -> tuple:
     return (world.now, tuple(sorted(keyed)) if symmetry else tuple(keyed), abandoned)
 
 
-def job_parts(world: World, wanted: list[str]) -> dict[str, tuple]:
-    """The key's part of each job in ``wanted``, written in names relative to the job.
-
-    A part depends on the job's reservations (and the clock, through their
-    deadlines), the janitors' answers about them and the policy's follow-ups
-    pending on them, the destination's effects for the job's key and witness
-    entries for its attempts, its attempts, their messages in flight and its
-    retries queued: nothing another job's step changes (``World.job_memo``
-    relies on it; tests/test_state_table.py holds it against the per-job
-    fields ``fence.model.state_table`` declares).
-    """
-    now = world.now
-    parts: dict[str, list] = {job: [[], [], [], [], [], 0] for job in wanted}
-    # per job: 0 reservations (with the janitors' answers and follow-ups), 1 effects, 2 witness
-    # entries, 3 attempts, 4 messages in flight, 5 retries queued.
-    # Enum members are compared by identity (``is``), never looked up in sets:
-    # an Enum's hash is a Python-level call, and the key is made per transition.
-    reserved = ReservationState.RESERVED
-    unknown = ReservationState.OUTCOME_UNKNOWN
-    evidence = world.evidence
-    for x in world.ledger._reservations.values():
-        job, _, number = x.reservation_id.partition("/")
-        part = parts.get(job)
-        if part is None:
-            continue
-        state = x.state
-        if state is reserved:
-            part[0].append((number, state._value_, x.deadline if x.deadline > now else -1))
-        elif state is unknown:
-            # A janitor's answer counts for the decision it leads to, and only while
-            # its reservation is still outcome_unknown (a settle on anything else is
-            # refused, and nothing returns to outcome_unknown). Which janitor holds
-            # which answer does not matter: janitors are interchangeable and their
-            # steps on different reservations touch different entries.
-            rid = x.reservation_id
-            answers = [evidence_token(held[rid]) for held in evidence if rid in held]
-            part[0].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
-        else:
-            part[0].append((number, state._value_))
-    destination = world.destination
-    # Effects of a key keep their order (the first payload is the ticket on
-    # record); which attempt wrote one and the order across keys decide nothing.
-    for e in destination._effects:
-        part = parts.get(e.key)
-        if part is not None:
-            part[1].append(e.payload.replace(e.key, ""))
-    for identity, state in destination._attempts.items():
-        job, _, number = identity.partition("#")
-        part = parts.get(job)
-        if part is not None:
-            part[2].append((number, state._value_))
-    witness_kept = destination.guards.witness
-    attempts = world.attempts
-    commits_in_flight = set()
-    commit, ack, register = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER
-    commit_sent = Phase.COMMIT_SENT
-    for m in world.network:
-        job, _, number = m.attempt.partition("#")
-        part = parts.get(job)
-        if part is None:
-            continue
-        kind = m.kind
-        if kind is commit:
-            commits_in_flight.add(m.attempt)
-        # An answer to an attempt no longer waiting for one is dropped on arrival,
-        # and a registration reaches a destination that keeps no witness in vain.
-        elif kind is ack and attempts[m.attempt].phase is not commit_sent:
-            continue
-        elif kind is register and not witness_kept:
-            continue
-        part[4].append((kind._value_, number, m.result._value_ if m.result else ""))
-    crashed, done, acked = Phase.CRASHED, Phase.DONE, Phase.ACKED
-    # A failed worker moves no more, as a crashed one (the ledger holds what its report did);
-    # one that gave up on a refusal is finished too unless it may still report the failure.
-    failed = Phase.FAILED
-    refused = Phase.DONE if world.config.failures else Phase.REFUSED
-    unsent = (Phase.RESERVED, Phase.WORKING)  # a tuple: identity before hashing
-    for a in attempts.values():
-        job, _, number = a.handle.partition("#")
-        part = parts.get(job)
-        if part is None:
-            continue
-        in_flight = a.handle in commits_in_flight
-        phase = a.phase
-        if phase is failed:
-            phase = crashed
-        if (phase is crashed or phase is done or phase is refused) and not in_flight:
-            part[3].append((number,))  # its future is only what its messages do
-        elif phase is crashed:
-            part[3].append((number, "crashed", a.payload.replace(job, "")))
-        else:
-            # The answer matters once it arrived (confirm or confirm_existing);
-            # the payload until the commit carrying it was delivered.
-            part[3].append((
-                number, phase._value_,
-                a.ack._value_ if phase is acked else "",
-                a.payload.replace(job, "") if (phase in unsent or in_flight) else "",
-            ))
-    for job in world.retry_queue:
-        part = parts.get(job)
-        if part is not None:
-            part[5] += 1
-    # A user's policy's second step after a release (``after_release``), not yet taken, counts
-    # with its reservation: taken later, it may act otherwise. Which janitor takes it does not
-    # matter (janitors are interchangeable). fence's own policies take none.
-    for _janitor, rid in world.follow_ups:
-        job, _, number = rid.partition("/")
-        part = parts.get(job)
-        if part is not None:
-            part[0].append((number, "follow_up"))
-    return {
-        job: (_sorted_tuple(p[0]), tuple(p[1]), _sorted_tuple(p[2]), _sorted_tuple(p[3]), _sorted_tuple(p[4]), p[5])
-        for job, p in parts.items()
-    }
-
-
-def _sorted_tuple(items: list) -> tuple:
-    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
-    return tuple(items) if len(items) < 2 else tuple(sorted(items))
+# ``job_parts(world, wanted)``: the key's part of each job in ``wanted``, written in names relative to
+# the job. Each per-job field of ``fence.model.state_table.WORLD_STATE`` declares what it adds to a
+# job's part and why that is all the key needs (``Field.key``, or ``Field.unkeyed``); the function is
+# written from those declarations and compiled once (end of this module), with ``job_details``, the
+# step memo's detail (``fence.explore.transitions``). A part holds nothing another job's step changes
+# (``World.job_memo`` relies on it; tests/test_state_table.py holds it against ``job_projection``).
+job_parts: Callable[[World, list[str]], dict[str, tuple]]
+job_details: Callable[[World, list[str]], dict[str, tuple]]
 
 
 def generic_state_key(world: World, symmetry: bool = False) -> tuple:
@@ -489,3 +380,21 @@ def _sorted(items: list) -> tuple:
         return tuple(sorted(items))
     except TypeError:  # of mixed types: still one order for equal contents
         return tuple(sorted(items, key=repr))
+
+
+def _sorted_tuple(items: list) -> tuple:
+    """``tuple(sorted(items))``, without the sort when there is nothing to order."""
+    return tuple(items) if len(items) < 2 else tuple(sorted(items))
+
+
+def _derive_per_job_code() -> tuple[Callable, Callable]:
+    code = compile_per_job_code({
+        "ReservationState": ReservationState, "MessageKind": MessageKind, "Phase": Phase,
+        "evidence_token": evidence_token, "_sorted_tuple": _sorted_tuple,
+    })
+    code["job_parts"].__doc__ = "The key's part of each job in ``wanted``, written in names relative to the job."
+    code["job_details"].__doc__ = "Each wanted job's step-memo detail: everything the world holds about it."
+    return code["job_parts"], code["job_details"]
+
+
+job_parts, job_details = _derive_per_job_code()

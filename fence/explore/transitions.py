@@ -66,108 +66,13 @@ Checked, not trusted
 
 from __future__ import annotations
 
-from fence.explore.state_key import evidence_token, job_parts
+from fence.explore.state_key import evidence_token, job_details, job_parts
 from fence.model.world import JOB_DETAIL as DETAIL
 from fence.model.world import Action, World
 
 
 class MemoMismatch(AssertionError):
     """A memoised answer differs from the model's own (the memo key left something out)."""
-
-
-def job_details(world: World, wanted: list[str]) -> dict[str, tuple]:
-    """Each wanted job's detail: everything the world holds about it, relative to its name (see above)."""
-    ledger, destination, observer = world.ledger, world.destination, world.observer
-    rows: dict[str, list] = {job: [[], [], [], [], [], [], [], [], [], []] for job in wanted}
-    # per job: 0 ledger reservations, 1 effects, 2 witness entries, 3 attempts, 4 messages,
-    # 5 held answers, 6 second steps owed, 7 mirror, 8 observer's effects, 9 owners
-    units_freed = ledger.units_freed
-    for r in ledger._reservations.values():
-        row = rows.get(r.key)
-        if row is not None:
-            job = r.key
-            row[0].append((r.reservation_id.replace(job, ""), r.owner.replace(job, ""), r.deadline,
-                           r.state._value_, units_freed.get(r.reservation_id, 0)))
-    for e in destination._effects:
-        row = rows.get(e.key)
-        if row is not None:
-            row[1].append((e.attempt_id.replace(e.key, ""), e.payload.replace(e.key, "")))
-    for identity, state in destination._attempts.items():
-        job = identity.partition("#")[0]
-        row = rows.get(job)
-        if row is not None:
-            row[2].append((identity.replace(job, ""), state._value_))
-    for a in world.attempts.values():
-        row = rows.get(a.key)
-        if row is not None:
-            job = a.key
-            row[3].append((
-                a.handle.replace(job, ""), a.identity.replace(job, ""), a.reservation_id.replace(job, ""),
-                a.payload.replace(job, ""), a.phase._value_, a.ack._value_ if a.ack is not None else "", a.wrote,
-            ))
-    owner = world.owner_of_reservation
-    for m in world.network:
-        handle = m.attempt
-        job = handle.partition("#")[0]
-        row = rows.get(job)
-        if row is not None:
-            row[4].append((m.kind._value_, handle.replace(job, ""), m.result._value_ if m.result else ""))
-    for held in world.evidence:
-        for rid, evidence in held.items():
-            job = world.attempts[owner[rid]].key
-            row = rows.get(job)
-            if row is not None:
-                row[5].append((rid.replace(job, ""), evidence_token(evidence)))
-    for _janitor, rid in world.follow_ups:
-        job = world.attempts[owner[rid]].key
-        row = rows.get(job)
-        if row is not None:
-            row[6].append(rid.replace(job, ""))
-    for m in observer.reservations.values():
-        row = rows.get(m.key)
-        if row is not None:
-            job = m.key
-            row[7].append((m.reservation_id.replace(job, ""), m.attempt.replace(job, ""), m.deadline,
-                           m.state._value_, m.times_freed))
-    for e in observer.effects:
-        row = rows.get(e.key)
-        if row is not None:
-            row[8].append((e.attempt_id.replace(e.key, ""), e.payload.replace(e.key, "")))
-    for rid, handle in owner.items():
-        job = handle.partition("#")[0]
-        row = rows.get(job)
-        if row is not None:
-            row[9].append((rid.replace(job, ""), handle.replace(job, "")))
-    abandoned = observer.abandoned
-    retry_queue = world.retry_queue
-    details = {}
-    for job, row in rows.items():
-        current = ledger._current_by_key.get(job)
-        seen_current = observer.current_by_key.get(job)
-        first = destination._first_payload.get(job)
-        seen_first = observer.first_payload.get(job)
-        details[job] = (
-            tuple(row[0]),
-            current.replace(job, "") if current is not None else None,
-            ledger._count_by_key.get(job, 0),
-            tuple(row[1]),
-            first.replace(job, "") if first is not None else None,
-            tuple(sorted(row[2])),
-            tuple(row[3]),
-            world.attempts_used[job],
-            tuple(sorted(row[4])),
-            retry_queue.count(job),
-            tuple(sorted(row[5])),
-            tuple(sorted(row[6])),
-            tuple(row[7]),
-            seen_current.replace(job, "") if seen_current is not None else None,
-            tuple(row[8]),
-            observer.effects_per_key.get(job, 0),
-            seen_first.replace(job, "") if seen_first is not None else None,
-            tuple(sorted(i.replace(job, "") for i in abandoned if i.partition("#")[0] == job)),
-            tuple(row[9]),
-        )
-    return details
 
 
 def context(world: World) -> tuple:
