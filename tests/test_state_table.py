@@ -1,16 +1,19 @@
 """The state table (``fence.model.state_table.WORLD_STATE``) declares every field of a World, and what it derives holds.
 
-A World's copy, its worker side, its fingerprint and the whole state's
-declarations are written from the table, so a field is one edit there; these
-tests pin that no World attribute escapes the table (an undeclared one would
-not be copied), and that the per-job projection the table declares is what the
-explorer's per-job key memo assumes: a step of one job leaves every other
-job's entries as they were, and a job's key part is a function of its entries
-and the clock.
+A World's copy, its worker side, its fingerprint, the whole state's
+declarations, the explorer's per-job key parts and the step memo's details are
+written from the table, so a field is one edit there; these tests pin that no
+World attribute escapes the table (an undeclared one would not be copied), that
+a per-job field cannot be declared without saying what it adds to a job's key
+part (or why the key need not read it), and that the per-job projection the
+table declares is what the explorer's per-job key memo assumes: a step of one
+job leaves every other job's entries as they were, and a job's key part is a
+function of its entries and the clock.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from fence.explore.state_key import job_parts, state_key
 from fence.explore.whole_state import NOT_STATE, whole_state
 from fence.model.ledger import Ledger
 from fence.model.policies import FENCE_POLICY_TYPES, POLICIES
+from fence.model.key_pieces import DETAIL_SLOTS, KEY_SLOTS, PerJob, Slot, generic_key_code, per_job_code
 from fence.model.state_table import DECLARED, WORLD_STATE, Field, job_projection, undeclared_fields, world_code
 from fence.model.world import ModelConfig, Reserve, World
 
@@ -115,6 +119,52 @@ def test_the_copies_and_the_fingerprint_are_written_from_the_table():
     with pytest.raises(ValueError, match="fingerprinted, or says why not"):
         Field("a_new_field", "{v}")
     assert NOT_STATE["World"] == {field.name: field.not_state for field in WORLD_STATE if field.not_state}
+
+
+def test_a_per_job_field_that_does_not_say_how_it_is_keyed_is_refused():
+    """A per-job field declared without a key piece or a reason for none (or without a detail or generic key
+    piece) cannot be written into the table: ``Field`` refuses it when the module is imported."""
+    adds = PerJob(adds="for job in {v}:\n    parts[job][{retries}] += 1")
+    generic = "key[{retries}] = len({v})"
+    new_field = dict(name="a_new_field", copy="list({v})", per_job=True, fingerprint="tuple({v})")
+    with pytest.raises(ValueError, match="a per-job field says what it adds to a job's key part"):
+        Field(**new_field, detail=adds, generic_key=generic)
+    with pytest.raises(ValueError, match="a per-job field says what it adds to a job's key part"):
+        Field(**new_field, detail=adds, generic_key=generic, key=adds, unkeyed="both at once")
+    with pytest.raises(ValueError, match="what it sets of the generic key"):
+        Field(**new_field, key=adds, detail=adds)
+    with pytest.raises(ValueError, match="what it adds to a job's memo detail"):
+        Field(**new_field, key=adds, generic_key=generic)
+    with pytest.raises(ValueError, match="neither per job, fingerprinted nor keyed"):
+        Field("a_cache", "None", not_state="a cache", key=adds)
+    # Declared either way, it is accepted.
+    Field(**new_field, key=adds, detail=adds, generic_key=generic)
+    Field(**new_field, unkeyed="a function of what the key holds", detail=adds)
+
+
+def field_of(name: str) -> Field:
+    return next(field for field in WORLD_STATE if field.name == name)
+
+
+def test_the_key_parts_memo_details_and_generic_key_are_written_from_the_table():
+    """Every field's key, detail and generic pieces are in ``job_parts``, ``job_details`` and ``generic_parts``;
+    a slot no field writes, or a piece naming no slot, is refused when the functions are written."""
+    key_code = per_job_code(WORLD_STATE, "job_parts", KEY_SLOTS, "key")
+    detail_code = per_job_code(WORLD_STATE, "job_details", DETAIL_SLOTS, "detail")
+    generic_code = generic_key_code(WORLD_STATE)
+    for field in WORLD_STATE:
+        assert (f"# {field.name}\n" in key_code) is (field.key is not None)
+        assert (f"# {field.name}\n" in detail_code) is (field.detail is not None)
+        assert (f"# {field.name}\n" in generic_code) is bool(field.generic_key)
+        assert field.key is not None or not field.per_job or field.unkeyed
+    with pytest.raises(ValueError, match="no field's key writes slot"):
+        per_job_code(WORLD_STATE, "job_parts", (*KEY_SLOTS, Slot("new_slot", "sorted")), "key")
+    with pytest.raises(ValueError, match="no field's generic_key sets slot"):
+        generic_key_code(tuple(field for field in WORLD_STATE if field.name != "network"))
+    retries = field_of("retry_queue")
+    misnamed = dataclasses.replace(retries, key=PerJob(adds=f"{retries.key.adds}\nparts[{{v}}][{{no_such_slot}}] = 0"))
+    with pytest.raises(ValueError, match="retry_queue's key names 'no_such_slot', not a slot of job_parts"):
+        per_job_code(tuple(misnamed if f is retries else f for f in WORLD_STATE), "job_parts", KEY_SLOTS, "key")
 
 
 def test_a_copy_shares_nothing_a_step_changes():

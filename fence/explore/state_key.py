@@ -17,7 +17,8 @@ from typing import Callable
 from fence.model.destination import payloads_by_key
 from fence.model.ledger import Ledger, ReservationState
 from fence.model.policies import FENCE_POLICY_TYPES, Evidence
-from fence.model.state_table import compile_per_job_code
+from fence.model.key_pieces import GENERIC_SLOTS
+from fence.model.state_table import compile_key_code
 from fence.model.world import Action, MessageKind, Phase, World, destination_snapshot, ledger_snapshot
 
 
@@ -95,88 +96,14 @@ _FORMS: dict[tuple, tuple] = {}
 _FORMS_KEPT = 200_000
 
 
-PLUGIN_PARTS_FROM = 9
+PLUGIN_PARTS_FROM = GENERIC_SLOTS.index("ledger")
 """The index in a generic key from which its parts are the plug-ins' snapshots (fence's records come first)."""
 
-
-def generic_parts(world: World) -> tuple:
-    """``generic_state_key`` without symmetry: fence's records, then (from ``PLUGIN_PARTS_FROM``) the plug-ins'."""
-    observer = world.observer
-    # The same reductions as the fast key, for the parts fence owns: a finished
-    # or crashed attempt with no commit on its way is only its names; the answer
-    # counts once it arrived, the payload until the commit carrying it landed; an
-    # answer to an attempt no longer waiting for one is dropped on arrival.
-    commit = MessageKind.COMMIT
-    commits_in_flight = {m.attempt for m in world.network if m.kind is commit}
-    attempts = []
-    # Enum members compared by identity, never looked up in sets (an Enum's hash is a Python call).
-    crashed, done, acked, reserved, working = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.RESERVED, Phase.WORKING
-    failed = Phase.FAILED
-    refused = Phase.DONE if world.config.failures else Phase.REFUSED  # as in the fast key
-    for a in world.attempts.values():
-        in_flight = a.handle in commits_in_flight
-        phase = a.phase
-        if phase is failed:
-            phase = crashed
-        if (phase is crashed or phase is done or phase is refused) and not in_flight:
-            # Its future is only its names: it never moves again (``wrote`` only names where a crash was).
-            attempts.append((a.handle, a.identity, a.reservation_id, "gone"))
-        else:
-            attempts.append((
-                a.handle, a.identity, a.reservation_id, phase._value_,
-                a.ack._value_ if phase is acked else "",
-                a.payload if (phase is reserved or phase is working or in_flight) else "", a.wrote,
-            ))
-    # ``answer_nobody_waits_for``, written out: asked of every message of every key.
-    ack, commit_sent, phases = MessageKind.ACK, Phase.COMMIT_SENT, world.attempts
-    network = _multiset([
-        (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
-        for m in world.network
-        if m.kind is not ack or phases[m.attempt].phase is commit_sent
-    ])
-    # fence's own Evidence is a value and janitors keep no state: its answers count
-    # per reservation, whichever janitor holds them (as in the fast key). Any other
-    # answer object is kept with its janitor.
-    held_values: list = []
-    held_by_janitor: list = []
-    ledger = world.ledger
-    # With fence's own ledger and policy, an answer held for a reservation that is no
-    # longer outcome_unknown only leads to a settle the ledger refuses, which changes
-    # nothing (as in the fast key): decide() is pure, and the ledger is asked nothing
-    # else. A user's ledger may accept that settle, and a user's policy may act in it.
-    stale_answers_inert = type(ledger) is Ledger and type(world.policy) in FENCE_POLICY_TYPES
-    unknown = ReservationState.OUTCOME_UNKNOWN
-    for janitor, answers in enumerate(world.evidence):
-        for rid, found in answers.items():
-            if type(found) is Evidence:
-                if stale_answers_inert and ledger._reservations[rid].state is not unknown:
-                    continue
-                held_values.append((rid, evidence_token(found)))
-            else:
-                held_by_janitor.append((janitor, rid, _held_token(found)))
-    # A set, not a list sorted by reservation: a renaming of the jobs must be able to order it again.
-    held = (_multiset(held_values), frozenset(held_by_janitor))
-    attempts = frozenset(attempts)
-    mirror = frozenset((m.reservation_id, m.state._value_, m.times_freed) for m in observer.reservations.values())
-    if type(ledger) is Ledger:
-        # fence's own ledger as the fast key reads it: a deadline only while it can expire.
-        ledger_part = frozenset(
-            (r.reservation_id, r.owner, r.state._value_,
-             (r.deadline if r.deadline > world.now else -1) if r.state is ReservationState.RESERVED else None)
-            for r in ledger._reservations.values()
-        )
-    else:
-        ledger_part = ledger_snapshot(ledger)
-    policy_snapshot = getattr(world.policy, "snapshot", None)
-    return (
-        # The retry queue counts per job (retries are taken by job), in any order.
-        world.now, attempts, network,
-        _multiset(world.retry_queue) if world.retry_queue else _NONE,
-        _multiset(world.follow_ups) if world.follow_ups else _NONE,
-        held, mirror, frozenset(observer.abandoned), payloads_by_key(observer.effects),
-        ledger_part, destination_snapshot(world.destination),
-        policy_snapshot() if callable(policy_snapshot) else None,
-    )
+# ``generic_parts(world)``: ``generic_state_key`` without symmetry, fence's records, then (from
+# ``PLUGIN_PARTS_FROM``) the plug-ins'. Written from what each field of ``WORLD_STATE`` declares it
+# sets of the generic key (``Field.generic_key``, in ``fence.model.key_pieces`` with the reductions it
+# shares with the fast key) and compiled once (end of this module).
+generic_parts: Callable[[World], tuple]
 
 
 _NONE = frozenset()
@@ -387,14 +314,18 @@ def _sorted_tuple(items: list) -> tuple:
     return tuple(items) if len(items) < 2 else tuple(sorted(items))
 
 
-def _derive_per_job_code() -> tuple[Callable, Callable]:
-    code = compile_per_job_code({
+def _derive_key_code() -> tuple[Callable, Callable, Callable]:
+    code = compile_key_code({
         "ReservationState": ReservationState, "MessageKind": MessageKind, "Phase": Phase,
-        "evidence_token": evidence_token, "_sorted_tuple": _sorted_tuple,
+        "evidence_token": evidence_token, "_sorted_tuple": _sorted_tuple, "_held_token": _held_token,
+        "_multiset": _multiset, "_NONE": _NONE, "Evidence": Evidence, "Ledger": Ledger,
+        "FENCE_POLICY_TYPES": FENCE_POLICY_TYPES, "payloads_by_key": payloads_by_key,
+        "ledger_snapshot": ledger_snapshot, "destination_snapshot": destination_snapshot,
     })
     code["job_parts"].__doc__ = "The key's part of each job in ``wanted``, written in names relative to the job."
     code["job_details"].__doc__ = "Each wanted job's step-memo detail: everything the world holds about it."
-    return code["job_parts"], code["job_details"]
+    code["generic_parts"].__doc__ = "``generic_state_key`` without symmetry: fence's records, then the plug-ins'."
+    return code["job_parts"], code["job_details"], code["generic_parts"]
 
 
-job_parts, job_details = _derive_per_job_code()
+job_parts, job_details, generic_parts = _derive_key_code()
