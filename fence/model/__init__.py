@@ -11,7 +11,9 @@
 * ``observer``     the one observer of ground truth: facts recorded, findings per invariant
 * ``world``        workers, a lossy network, janitors, one ledger and one destination (``World``,
                    ``ModelConfig``, ``Action``)
-* ``state_table``  every field of a World declared once (``WORLD_STATE``): its copy and fingerprint are written from it
+* ``state_table``  every field of a World declared once (``WORLD_STATE``): its copy, fingerprint and the
+                   explorer's key parts, memo details and generic key are written from it
+* ``key_pieces``   what each field adds to the explorer's keys and memo details, and why the key may merge it
 * ``invariants``   the seven named invariants and the dangerous interleavings a verdict must reach
 * ``restore``      plug-ins whose state lives on a server, copied by dumping and restored by loading
 
