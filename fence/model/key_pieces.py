@@ -28,7 +28,9 @@ class PerJob:
     part (``KEY_SLOTS``, ``DETAIL_SLOTS``); other braces are doubled. ``world``, ``now``
     (the clock) and ``parts`` (each wanted job's list of slots) are in scope, and the
     names ``fence.explore.state_key`` compiles them with. The pieces of all fields
-    share one function's locals: a name a ``reads`` sets is not reused by an ``adds``.
+    share one function's locals and run in the table's order, every ``reads`` before
+    any ``adds``: a piece may read a name an earlier field's piece set, and a name
+    a ``reads`` sets is not reused by an ``adds``.
     """
 
     reads: str = ""
@@ -89,6 +91,13 @@ GENERIC_SLOTS = (
 # Enum members are compared by identity (``is``) and read as ``_value_``: an Enum's hash and its
 # ``value`` property are Python-level calls, and a key is made per transition.
 
+# -- policy (not state on the fast path)
+# A user's policy walked without the twins may keep something: its own snapshot, if it has one.
+POLICY_GENERIC = """
+policy_snapshot = getattr({v}, "snapshot", None)
+key[{policy}] = policy_snapshot() if callable(policy_snapshot) else None
+"""
+
 # -- destination
 # Effects of a key keep their order: the first payload is the ticket on record (so the
 # destination's first payload per key is not keyed apart). Which attempt wrote one, and the
@@ -139,9 +148,9 @@ for x in {v}._reservations.values():
     if state is reserved:
         part[{reservations}].append((number, state._value_, x.deadline if x.deadline > now else -1))
     elif state is unknown:
-        held = held_answers.get(x.reservation_id)
-        part[{reservations}].append((number, state._value_, _sorted_tuple([evidence_token(found) for found in held])
-                                     if held else ()))
+        rid = x.reservation_id
+        answers = [evidence_token(held[rid]) for held in evidence if rid in held]
+        part[{reservations}].append((number, state._value_, _sorted_tuple(answers) if answers else ()))
     else:
         part[{reservations}].append((number, state._value_))
 """)
@@ -208,21 +217,66 @@ key[{seen_effects}] = payloads_by_key({v}.effects)
 NOW_GENERIC = "key[{now}] = {v}"
 
 
+# -- network
+# A collection, not a queue: the rules may deliver any message, and the drain delivers in an order
+# computed from the messages themselves. An answer to an attempt no longer waiting for one is dropped
+# on arrival, and a registration reaches a destination that keeps no witness in vain: both are left out.
+NETWORK_KEY = PerJob(reads="""
+commit, ack, register, commit_sent = MessageKind.COMMIT, MessageKind.ACK, MessageKind.REGISTER, Phase.COMMIT_SENT
+witness_kept = world.destination.guards.witness
+attempts = world.attempts
+commits_in_flight = set()
+""", adds="""
+for m in {v}:
+    job, _, number = m.attempt.partition("#")
+    part = parts.get(job)
+    if part is None:
+        continue
+    kind = m.kind
+    if kind is commit:
+        commits_in_flight.add(m.attempt)  # read by the attempts' piece
+    elif kind is ack and attempts[m.attempt].phase is not commit_sent:
+        continue
+    elif kind is register and not witness_kept:
+        continue
+    part[{messages}].append((kind._value_, number, m.result._value_ if m.result else ""))
+""")
+
+NETWORK_DETAIL = PerJob(adds="""
+for m in {v}:
+    handle = m.attempt
+    job = handle.partition("#")[0]
+    part = parts.get(job)
+    if part is not None:
+        part[{messages}].append((m.kind._value_, handle.replace(job, ""), m.result._value_ if m.result else ""))
+""")
+
+# ``answer_nobody_waits_for``, written out: an answer to an attempt no longer waiting for one is
+# dropped on arrival.
+NETWORK_GENERIC = """
+ack, commit_sent = MessageKind.ACK, Phase.COMMIT_SENT
+key[{network}] = _multiset([
+    (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
+    for m in {v}
+    if m.kind is not ack or world.attempts[m.attempt].phase is commit_sent
+])
+"""
+
+
 # -- attempts
 # An attempt that is done or crashed (a failed one moves no more either; one that gave up on a
 # refusal is finished too unless it may still report the failure), with no commit on its way, is
 # only its number: its future is only what its messages do. The destination's answer counts once
 # it arrived (confirm or confirm_existing); the payload until the commit carrying it was delivered.
-ATTEMPT_READINGS = """
-commit = MessageKind.COMMIT
-commits_in_flight = {{m.attempt for m in world.network if m.kind is commit}}
+ATTEMPT_PHASES = """
 crashed, done, acked, failed = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.FAILED
 refused = Phase.DONE if world.config.failures else Phase.REFUSED
 unsent = (Phase.RESERVED, Phase.WORKING)  # a tuple: identity before hashing
 """
-"""What the fast key and the generic key read to reduce an attempt: its commit on its way, the finished phases."""
+"""The phases the fast key and the generic key read to reduce an attempt."""
 
-ATTEMPTS_KEY = PerJob(reads=ATTEMPT_READINGS, adds="""
+# ``commits_in_flight`` (of the wanted jobs) is collected by the network's piece, which runs first.
+ATTEMPTS_KEY = PerJob(reads=ATTEMPT_PHASES, adds="""
 for a in {v}.values():
     job, _, number = a.handle.partition("#")
     part = parts.get(job)
@@ -258,7 +312,9 @@ for a in {v}.values():
 # As in the fast key: a finished or crashed attempt with no commit on its way is only its names
 # (``wrote`` only names where a crash was); the answer counts once it arrived, the payload until the
 # commit carrying it landed.
-ATTEMPTS_GENERIC = ATTEMPT_READINGS + """
+ATTEMPTS_GENERIC = ATTEMPT_PHASES + """
+commit = MessageKind.COMMIT
+commits_in_flight = {{m.attempt for m in world.network if m.kind is commit}}
 attempts = []
 for a in {v}.values():
     in_flight = a.handle in commits_in_flight
@@ -300,58 +356,14 @@ part[{retries}] = {v}.count(job)
 RETRY_QUEUE_GENERIC = "key[{retries}] = _multiset({v}) if {v} else _NONE"
 
 
-# -- network
-# A collection, not a queue: the rules may deliver any message, and the drain delivers in an order
-# computed from the messages themselves. An answer to an attempt no longer waiting for one is dropped
-# on arrival, and a registration reaches a destination that keeps no witness in vain: both are left out.
-NETWORK_KEY = PerJob(reads="""
-ack, register, commit_sent = MessageKind.ACK, MessageKind.REGISTER, Phase.COMMIT_SENT
-witness_kept = world.destination.guards.witness
-""", adds="""
-for m in {v}:
-    job, _, number = m.attempt.partition("#")
-    part = parts.get(job)
-    if part is None:
-        continue
-    kind = m.kind
-    if kind is ack and world.attempts[m.attempt].phase is not commit_sent:
-        continue
-    if kind is register and not witness_kept:
-        continue
-    part[{messages}].append((kind._value_, number, m.result._value_ if m.result else ""))
-""")
-
-NETWORK_DETAIL = PerJob(adds="""
-for m in {v}:
-    handle = m.attempt
-    job = handle.partition("#")[0]
-    part = parts.get(job)
-    if part is not None:
-        part[{messages}].append((m.kind._value_, handle.replace(job, ""), m.result._value_ if m.result else ""))
-""")
-
-# ``answer_nobody_waits_for``, written out: an answer to an attempt no longer waiting for one is
-# dropped on arrival.
-NETWORK_GENERIC = """
-ack, commit_sent = MessageKind.ACK, Phase.COMMIT_SENT
-key[{network}] = _multiset([
-    (m.kind._value_, m.attempt, m.result._value_ if m.result else "")
-    for m in {v}
-    if m.kind is not ack or world.attempts[m.attempt].phase is commit_sent
-])
-"""
-
-
 # -- evidence
 # A janitor's answer counts for the decision it leads to (``policy.decide`` is pure), and only while
 # its reservation is still outcome_unknown (a settle on anything else is refused, and nothing returns
-# to outcome_unknown): the ledger's piece reads it there. Which janitor holds which answer does not
-# matter: janitors are interchangeable, and their steps on different reservations touch different entries.
+# to outcome_unknown): the ledger's piece reads the answers held for such a reservation, from every
+# janitor, as a sorted collection. Which janitor holds which answer does not matter: janitors are
+# interchangeable, and their steps on different reservations touch different entries.
 EVIDENCE_KEY = PerJob(reads="""
-held_answers = dict()
-for answers in {v}:
-    for rid, found in answers.items():
-        held_answers.setdefault(rid, []).append(found)
+evidence = {v}
 """)
 
 # As collections per reservation: which janitor holds an answer, or owes a second step, does not
@@ -420,14 +432,6 @@ for _janitor, rid in {v}:
 """)
 
 FOLLOW_UPS_GENERIC = "key[{follow_ups}] = _multiset({v}) if {v} else _NONE"
-
-
-# -- policy (not state on the fast path)
-# A user's policy walked without the twins may keep something: its own snapshot, if it has one.
-POLICY_GENERIC = """
-policy_snapshot = getattr({v}, "snapshot", None)
-key[{policy}] = policy_snapshot() if callable(policy_snapshot) else None
-"""
 
 
 # -- the functions written from the pieces ----------------------------------------------

@@ -121,6 +121,10 @@ WORLD_STATE: tuple[Field, ...] = (
                     "(made on first use: most copies take a step no janitor takes part in)"),
     Field("now", SAME, fingerprint="{v}", generic_key=NOW_GENERIC),
     Field("jobs", SAME, not_state="the job names, the same in every state"),
+    # Before attempts: the attempts' key piece reads the commits in flight the network's piece collects.
+    Field("network", "list({v})", per_job=True,  # Message is frozen
+          fingerprint="tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else '') for m in {v}))",
+          key=NETWORK_KEY, detail=NETWORK_DETAIL, generic_key=NETWORK_GENERIC),
     Field("attempts", "{{handle: _copy_attempt(a) for handle, a in {v}.items()}}", per_job=True,
           fingerprint="tuple((a.handle, a.phase.value, a.ack.value if a.ack else None, a.wrote, a.payload) "
                       "for a in {v}.values())", key=ATTEMPTS_KEY, detail=ATTEMPTS_DETAIL,
@@ -131,9 +135,6 @@ WORLD_STATE: tuple[Field, ...] = (
           detail=ATTEMPTS_USED_DETAIL),
     Field("retry_queue", "list({v})", per_job=True, fingerprint="tuple({v})",
           key=RETRY_QUEUE_KEY, detail=RETRY_QUEUE_DETAIL, generic_key=RETRY_QUEUE_GENERIC),
-    Field("network", "list({v})", per_job=True,  # Message is frozen
-          fingerprint="tuple(sorted((m.kind.value, m.attempt, m.result.value if m.result else '') for m in {v}))",
-          key=NETWORK_KEY, detail=NETWORK_DETAIL, generic_key=NETWORK_GENERIC),
     Field("evidence", "[dict(e) for e in {v}]", per_job=True, generic=True,  # fence's Evidence is frozen
           fingerprint="tuple(tuple(sorted(e.items(), key=lambda kv: kv[0])) for e in {v})",
           key=EVIDENCE_KEY, detail=EVIDENCE_DETAIL, generic_key=EVIDENCE_GENERIC),
