@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fence.explore import state_key as keys
 from fence.explore.state_key import job_parts, state_key
 from fence.explore.whole_state import NOT_STATE, whole_state
 from fence.model.ledger import Ledger
@@ -165,6 +166,31 @@ def test_the_key_parts_memo_details_and_generic_key_are_written_from_the_table()
     misnamed = dataclasses.replace(retries, key=PerJob(adds=f"{retries.key.adds}\nparts[{{v}}][{{no_such_slot}}] = 0"))
     with pytest.raises(ValueError, match="retry_queue's key names 'no_such_slot', not a slot of job_parts"):
         per_job_code(tuple(misnamed if f is retries else f for f in WORLD_STATE), "job_parts", KEY_SLOTS, "key")
+
+
+def test_a_new_per_job_field_is_one_edit():
+    """A per-job field declared once in the table is read by the key parts, the memo details and the generic key,
+    for its own job only."""
+    marks = Field(
+        "marks", "list({v})", per_job=True, fingerprint="tuple({v})",
+        key=PerJob(adds="for job in {v}:\n    part = parts.get(job)\n    if part is not None:\n"
+                        "        part[{retries}] += 10"),
+        detail=PerJob(per_job="part[{retries}] += 10 * {v}.count(job)"),
+        generic_key="key[{retries}] = (key[{retries}], tuple({v}))",
+    )
+    parts, details, generic = keys._derive_key_code((*WORLD_STATE, marks))
+    world = World(POLICIES["naive"], TWO_JOBS)
+    world.marks = ["job1"]
+    before_parts, before_details = job_parts(world, world.jobs), keys.job_details(world, world.jobs)
+    after_parts, after_details = parts(world, world.jobs), details(world, world.jobs)
+    retries = [slot.name for slot in KEY_SLOTS].index("retries")
+    assert after_parts["job1"][retries] == before_parts["job1"][retries] + 10
+    assert after_parts["job2"] == before_parts["job2"]
+    retries = [slot.name for slot in DETAIL_SLOTS].index("retries")
+    assert after_details["job1"][retries] == before_details["job1"][retries] + 10
+    assert after_details["job2"] == before_details["job2"]
+    retries = keys.GENERIC_SLOTS.index("retries")
+    assert generic(world)[retries] == (keys.generic_parts(world)[retries], ("job1",))
 
 
 def test_a_copy_shares_nothing_a_step_changes():

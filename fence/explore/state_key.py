@@ -15,10 +15,10 @@ import re
 from typing import Callable
 
 from fence.model.destination import payloads_by_key
+from fence.model.key_pieces import GENERIC_SLOTS
 from fence.model.ledger import Ledger, ReservationState
 from fence.model.policies import FENCE_POLICY_TYPES, Evidence
-from fence.model.key_pieces import GENERIC_SLOTS
-from fence.model.state_table import compile_key_code
+from fence.model.state_table import WORLD_STATE, compile_key_code
 from fence.model.world import Action, MessageKind, Phase, World, destination_snapshot, ledger_snapshot
 
 
@@ -314,8 +314,8 @@ def _sorted_tuple(items: list) -> tuple:
     return tuple(items) if len(items) < 2 else tuple(sorted(items))
 
 
-def _derive_key_code() -> tuple[Callable, Callable, Callable]:
-    code = compile_key_code({
+def _derive_key_code(fields: tuple = WORLD_STATE) -> tuple[Callable, Callable, Callable]:
+    code = compile_key_code(fields=fields, namespace={
         "ReservationState": ReservationState, "MessageKind": MessageKind, "Phase": Phase,
         "evidence_token": evidence_token, "_sorted_tuple": _sorted_tuple, "_held_token": _held_token,
         "_multiset": _multiset, "_NONE": _NONE, "Evidence": Evidence, "Ledger": Ledger,

@@ -264,10 +264,11 @@ key[{network}] = _multiset([
 
 
 # -- attempts
-# An attempt that is done or crashed (a failed one moves no more either; one that gave up on a
-# refusal is finished too unless it may still report the failure), with no commit on its way, is
-# only its number: its future is only what its messages do. The destination's answer counts once
-# it arrived (confirm or confirm_existing); the payload until the commit carrying it was delivered.
+# An attempt that is done or crashed, with no commit on its way, is only its number: its future is
+# only what its messages do. A failed one moves no more either (the ledger holds what its report
+# did); one that gave up on a refusal is finished too unless it may still report the failure. The
+# destination's answer counts once it arrived (confirm or confirm_existing); the payload until the
+# commit carrying it was delivered.
 ATTEMPT_PHASES = """
 crashed, done, acked, failed = Phase.CRASHED, Phase.DONE, Phase.ACKED, Phase.FAILED
 refused = Phase.DONE if world.config.failures else Phase.REFUSED

@@ -232,19 +232,19 @@ def world_code() -> str:
     ])
 
 
-def compile_key_code(namespace: dict) -> dict[str, object]:
+def compile_key_code(namespace: dict, fields: tuple[Field, ...] = WORLD_STATE) -> dict[str, object]:
     """``job_parts(world, wanted)``, ``job_details(world, wanted)`` and ``generic_parts(world)``, compiled once.
 
     The first two return a dict from each wanted job to its part (``KEY_SLOTS``) or
     detail (``DETAIL_SLOTS``), made by every field's ``key`` or ``detail`` piece in
     table order; the third the generic key's parts (``GENERIC_SLOTS``), from every
     field's ``generic_key``. ``namespace`` holds what the pieces name (the enums,
-    ``evidence_token``, the snapshot readers).
+    ``evidence_token``, the snapshot readers); ``fields`` is the table (another only in tests).
     """
     source = "\n".join([
-        per_job_code(WORLD_STATE, "job_parts", KEY_SLOTS, "key"),
-        per_job_code(WORLD_STATE, "job_details", DETAIL_SLOTS, "detail"),
-        generic_key_code(WORLD_STATE),
+        per_job_code(fields, "job_parts", KEY_SLOTS, "key"),
+        per_job_code(fields, "job_details", DETAIL_SLOTS, "detail"),
+        generic_key_code(fields),
     ])
     scope = dict(namespace)
     exec(compile(source, "<fence.model.state_table: the explorer's key parts and memo details>", "exec"), scope)
