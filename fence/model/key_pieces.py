@@ -1,16 +1,16 @@
 """What each field of a World adds to the explorer's key parts, memo details and generic key, and why.
 
-``fence.model.state_table.WORLD_STATE`` declares every field of a World; a field
-whose entries are each one job's names here what it adds to a job's part of the
-explorer's key (``Field.key``), to the step memo's detail of the job
-(``Field.detail``) and to the generic key (``Field.generic_key``), each next to
-the reason the key may merge what it merges (``fence.explore.walk``, "The state
-key"). The pieces are Python statements: ``per_job_code`` and
+``fence.model.state_table.WORLD_STATE`` declares every field of a World. This
+module holds, field by field, the pieces the table names: what a field adds to a
+job's part of the explorer's key (``Field.key``), to the step memo's detail of
+the job (``Field.detail``) and to the generic key (``Field.generic_key``), each
+next to the reason the key may merge what it merges (``fence.explore.walk``,
+"The state key"). The pieces are Python statements: ``per_job_code`` and
 ``generic_key_code`` write the functions from them, and
 ``fence.explore.state_key`` compiles them once at import (they are on the
 explorer's hot path, where a loop over the table per state would cost more than
 the reading; compiled, they are the code a hand would write, as
-``World``'s copy is).
+``World``'s copy is). ``fence.model.state_table.key_code()`` is their source.
 """
 
 from __future__ import annotations

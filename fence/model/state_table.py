@@ -241,14 +241,19 @@ def compile_key_code(namespace: dict, fields: tuple[Field, ...] = WORLD_STATE) -
     field's ``generic_key``. ``namespace`` holds what the pieces name (the enums,
     ``evidence_token``, the snapshot readers); ``fields`` is the table (another only in tests).
     """
-    source = "\n".join([
+    source = key_code(fields)
+    scope = dict(namespace)
+    exec(compile(source, "<fence.model.state_table: the explorer's key parts and memo details>", "exec"), scope)
+    return {name: scope[name] for name in ("job_parts", "job_details", "generic_parts")}
+
+
+def key_code(fields: tuple[Field, ...] = WORLD_STATE) -> str:
+    """The source ``compile_key_code`` compiles (print it to read the key parts, details and generic key)."""
+    return "\n".join([
         per_job_code(fields, "job_parts", KEY_SLOTS, "key"),
         per_job_code(fields, "job_details", DETAIL_SLOTS, "detail"),
         generic_key_code(fields),
     ])
-    scope = dict(namespace)
-    exec(compile(source, "<fence.model.state_table: the explorer's key parts and memo details>", "exec"), scope)
-    return {name: scope[name] for name in ("job_parts", "job_details", "generic_parts")}
 
 
 # -- one job's part of the state ---------------------------------------------------
