@@ -83,7 +83,7 @@ with ``check_every``).
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, OrderedDict
 from operator import itemgetter
 
 from fence.explore import transitions
@@ -167,9 +167,10 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         self.parts_by_number = self.number.parts
         self.tick_moves: dict[tuple, int] = {}
         """The tick memo's answers by part number: (part, clock, tick) -> part."""
-        self.built: dict[int, World] = {}
-        """State number -> the World built for it while this level was expanded (``world_of``)."""
-        self.built_before: dict[int, World] = {}
+        self.built: OrderedDict[int, World] = OrderedDict()
+        """State number -> the World built for it while this level was expanded (``world_of``), oldest first;
+        at most ``kept_worlds`` here and in ``built_before`` (``keep_world``)."""
+        self.built_before: OrderedDict[int, World] = OrderedDict()
         """The same for the level before: kept so that the level being expanded finds its parents' Worlds."""
         self.contexts = PartNumbers()
         self.promises = PartNumbers()
@@ -180,7 +181,7 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         judge_drain.sums = self.key_sums(False, len(self.jobs))
         self.root = self.entry_of(root, None, None, None, None)
         self.root.node = 0
-        self.built = {}  # the root keeps its World: every World can be built again from it
+        self.built = OrderedDict()  # the root keeps its World: every World can be built again from it
         self.width = 3 + 2 * len(self.jobs)
         """Numbers per state in the frontier (``encode``)."""
 

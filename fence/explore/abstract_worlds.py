@@ -6,17 +6,43 @@ step applied), or, for an entry read back from the frontier, from the World
 built for its parent in this level or the last, else by replaying the walk's
 path from the root. The frontier keeps entries as rows of numbers (``encode``,
 ``decode``). A mixin of ``fence.explore.abstract.AbstractWalk``.
+
+Why the Worlds kept are capped (``KEPT_WORLDS``)
+    A World is several kilobytes, and a level keeps one for every new state a
+    memo missed on (most of them for its drain): at 3 units x 3 jobs x 2
+    attempts, horizon 2, 32,344 of them at depth 19 (about 200 MiB, more than
+    the visited set of the 1.9 million states before them). Past the cap the
+    oldest go first: the frontier is expanded in state order, so the oldest of
+    the level before are the states expanded already. A World let go is built
+    again when asked for (from its parent's, else replayed from the root), the
+    same World, so no count changes; only ``replays`` grows.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 from fence.explore.abstract_state import Entry, translate
 from fence.explore.transitions import DETAIL
 from fence.model.world import World
 
 
+KEPT_WORLDS = 16_384
+"""At most this many Worlds kept by state number, over the level being expanded and the one before
+(see the module docstring): about 100 MiB at 3x3x2."""
+
+
 class WorldsOfEntries:
     """The abstract walk's Worlds and frontier rows (see the module docstring)."""
+
+    kept_worlds = KEPT_WORLDS
+
+    def keep_world(self, node: int, world: World) -> None:
+        """Keep the World built for state ``node``, letting the oldest go past ``kept_worlds``."""
+        built, before = self.built, self.built_before
+        built[node] = world
+        if len(built) + len(before) > self.kept_worlds:
+            (before if before else built).popitem(last=False)
 
     def world_of(self, entry: Entry) -> World:
         """The entry's World, built from its parent's (itself built the same way if it was dropped).
@@ -36,7 +62,8 @@ class WorldsOfEntries:
             meant = self.parents.meant_of(entry.node) or (None, None)
             before = self.world_by_node(parent)
             if before is None:
-                before = self.built[parent] = self.replay(parent)
+                before = self.replay(parent)
+                self.keep_world(parent, before)
         world = before.clone(history=False)
         world.apply(translate(before, action, *meant))
         world.reached.clear()  # counted by the walk already, from the memo's answer
@@ -47,7 +74,7 @@ class WorldsOfEntries:
             memo[DETAIL + job] = detail
         entry.world = world
         if entry.node >= 0:
-            self.built[entry.node] = world
+            self.keep_world(entry.node, world)
         return world
 
     def world_by_node(self, node: int) -> World | None:
@@ -78,7 +105,7 @@ class WorldsOfEntries:
         Worlds of about two levels' misses, and every other state as a row of
         numbers in the frontier (``encode``).
         """
-        self.built_before, self.built = self.built, {}
+        self.built_before, self.built = self.built, OrderedDict()
 
     def encode(self, node: int, entry: Entry) -> tuple:
         """The entry as the frontier keeps it: its number, context and abandon promises by number, then
@@ -100,7 +127,7 @@ class WorldsOfEntries:
         """``entry`` is the new state ``node`` (its parent and step are in ``parents`` now)."""
         entry.node = node
         if entry.world is not None:
-            self.built[node] = entry.world
+            self.keep_world(node, entry.world)
 
 
     def fresh(self, entry: Entry) -> World:

@@ -260,6 +260,9 @@ class Parents:
 _EMPTY = 0xFFFFFFFF
 """A free slot of ``VisitedTable``'s index (no state has this number: the table holds fewer)."""
 
+_FREE_CHUNK = array("I", b"\xff" * (4 * 2**16))
+"""Free slots, 256 KiB of them: what ``VisitedTable._grow`` lengthens and clears its index with."""
+
 
 class VisitedTable:
     """The visited states of one walk: fingerprint -> state number, and each state's parent, in flat arrays.
@@ -347,10 +350,26 @@ class VisitedTable:
         return self._fingerprints[node]
 
     def _grow(self) -> None:
-        slots = 2 * len(self._index)
+        """Double the index in place and put every state in again.
+
+        In place, not a new array beside the old: a new one held both at once,
+        24 bytes a state on top of the 8 of the fingerprints, and that moment set
+        the walk's peak memory. The array is lengthened a chunk at a time (no
+        temporary as large as the index) and every slot set free again the same way.
+        """
+        index = self._index
+        slots = 2 * len(index)
         if slots > _EMPTY:
             raise OverflowError(f"more than {_EMPTY // 2:,} visited states: the index numbers them in 32 bits")
-        index = array("I", b"\xff" * (4 * slots))
+        free = _FREE_CHUNK
+        while len(index) < slots:
+            index.extend(free[:slots - len(index)])
+        # Every slot free again (the old half holds numbers), a chunk at a time.
+        slots_view = memoryview(index)
+        for start in range(0, slots, len(free)):
+            end = min(start + len(free), slots)
+            slots_view[start:end] = free[:end - start]
+        slots_view.release()
         mask = slots - 1
         for node, fingerprint in enumerate(self._fingerprints):
             slot = fingerprint & mask
@@ -365,8 +384,15 @@ class VisitedTable:
                 + self.parents.bytes_used())
 
 
-FRONTIER_BUDGET = 256 * 2**20
-"""Bytes one level of the frontier keeps in memory before it spills the rest to a file (``Frontier``)."""
+FRONTIER_BUDGET = 16 * 2**20
+"""Bytes one level of the frontier keeps in memory before it spills the rest to a file (``Frontier``).
+
+A level being expanded holds up to twice this (its rows kept in memory and a
+chunk read back from its file) and the next level once more. Writing and
+reading a spilled level back is sequential and cheap beside expanding it, so
+the budget is small: 16 MiB is about 450,000 rows of 3 jobs, more than any
+level at 2 units x 2 jobs x 2 attempts, horizon 3, and at 3x3x2 the frontier
+then costs at most 48 MiB however wide its levels grow."""
 
 
 class Frontier:
