@@ -39,6 +39,7 @@ from typing import Callable, Iterable
 
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
+from fence.targets.redis_image import InstantsIn
 
 
 # -- ids that depend on the path taken ------------------------------------------------------
@@ -69,4 +70,4 @@ def ranked_ids(
 
 
 __all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
-           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids"]
+           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids", "InstantsIn"]
