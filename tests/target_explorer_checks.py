@@ -179,3 +179,29 @@ def the_stale_commit_is_refused(stale, guard, fresh_attempt_id: str) -> None:
         stale.commit("hello")
     assert refused.value.result is CommitResult.ABANDONED
     assert [(e.key, e.attempt_id) for e in guard.destination.effects()] == [("t1", fresh_attempt_id)]
+
+
+def snapshot_without_time(ledger_class, monkeypatch) -> None:
+    """``ledger_class.snapshot()`` made to forget when each lease runs out, through the public target API alone:
+    its records (``_records()``) without their deadlines, and ``RedisDatabase.snapshot`` without TTL ticks and with
+    every sorted set's scores at 0. No layout of the adapter's own snapshot is assumed."""
+    from dataclasses import replace
+
+    from fence.targets.images import RedisDatabase
+
+    real_snapshot, real_keys = ledger_class.snapshot, RedisDatabase.snapshot
+
+    def timeless(self):
+        records = self._records()
+        self._records = lambda: {rid: replace(record, deadline=0) for rid, record in records.items()}
+        try:
+            return real_snapshot(self)
+        finally:
+            del self._records
+
+    def keys_without_time(self, image, now, **options):
+        return tuple((name, kind, tuple((member, 0) for member, _ in value) if kind == "zset" else value)
+                     for name, kind, value, *_ in real_keys(self, image, now, **options))
+
+    monkeypatch.setattr(ledger_class, "snapshot", timeless)
+    monkeypatch.setattr(RedisDatabase, "snapshot", keys_without_time)

@@ -103,3 +103,26 @@ def system_fixtures(system: str):
         return storage
 
     return adapter_module, storage_on(system, "shipped"), storage_on(f"{system}+guard", "guarded")
+
+
+# -- an adapter on the public target API (issue 27) ---------------------------------------------------
+PUBLIC_TARGET_API = frozenset({"fence", "fence.guard", "fence.targets", "fence.targets.protocol", "fence.targets.images"})
+"""What of fence an adapter and its recovery recipe may import: the public target API (and the recipe itself)."""
+
+
+def fence_imports(module) -> set[str]:
+    """The fence modules ``module``'s source imports, at any depth (``from X import`` and ``import X``)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(module))
+    found = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    found |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    return {name for name in found if name == "fence" or name.startswith("fence.")}
+
+
+def source_lines(module) -> int:
+    """``module``'s length as ``wc -l`` counts it, documentation included."""
+    import inspect
+
+    return inspect.getsource(module).count("\n")

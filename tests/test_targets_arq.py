@@ -24,10 +24,11 @@ import pytest
 import redis
 
 from fence.model.policies import POLICIES
+from fence.targets import arq_recovery  # the recipe as a user runs it: it imports no arq
 from fence.model.world import Fail, ModelConfig, Reserve, World
 from fence.targets.protocol import IllegalMove, Move
 from tests.target_explorer_checks import STALE_CONFIRM, the_stale_commit_is_refused
-from tests.target_fixtures import system_fixtures
+from tests.target_fixtures import PUBLIC_TARGET_API, fence_imports, source_lines, system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -137,12 +138,12 @@ def _worker(arq_module, pool, guard, stalls: asyncio.Event | None = None, starte
 
     async def send_ticket(ctx, key, payload):
         if stalls is not None:
-            attempt = guard.attempt(key, arq_module.attempt_id(ctx["job_id"], ctx["job_try"])).__enter__()
+            attempt = guard.attempt(key, arq_recovery.attempt_id(ctx["job_id"], ctx["job_try"])).__enter__()
             started.append(attempt)
             await stalls.wait()
-        return await arq_module.guarded_task(ctx, guard, key, payload)
+        return await arq_recovery.guarded_task(ctx, guard, key, payload)
 
-    return Worker(functions=[func(send_ticket, name=arq_module.TASK_NAME)], redis_pool=pool, burst=True,
+    return Worker(functions=[func(send_ticket, name=arq_recovery.TASK_NAME)], redis_pool=pool, burst=True,
                   handle_signals=False, poll_delay=0.01, job_timeout=60)
 
 
@@ -162,7 +163,7 @@ def test_the_guard_in_a_task_run_by_arqs_own_worker(redis_url, arq_module, tmp_p
         # The first worker picks t1#1, registers its attempt and stalls (its loop never runs again).
         asyncio.set_event_loop(stalled_loop)
         first_pool = stalled_loop.run_until_complete(create_pool(RedisSettings.from_dsn(redis_url)))
-        stalled_loop.run_until_complete(first_pool.enqueue_job(arq_module.TASK_NAME, "t1", "hello", _job_id="t1#1"))
+        stalled_loop.run_until_complete(first_pool.enqueue_job(arq_recovery.TASK_NAME, "t1", "hello", _job_id="t1#1"))
         started: list = []
         first = _worker(arq_module, first_pool, guard, asyncio.Event(), started)
 
@@ -183,7 +184,7 @@ def test_the_guard_in_a_task_run_by_arqs_own_worker(redis_url, arq_module, tmp_p
         loop.run_until_complete(pool.aclose())
         results = {job: deserialize_result(client.get(f"arq:result:{job}")).result for job in ("t1#1", "t1#2")}
         assert results == {"t1#1": "rerun", "t1#2": "written"}
-        the_stale_commit_is_refused(stale, guard, arq_module.attempt_id("t1#2", 1))
+        the_stale_commit_is_refused(stale, guard, arq_recovery.attempt_id("t1#2", 1))
         assert client.zcard("arq:queue") == 0
     finally:
         for each in (stalled_loop, loop):  # the stalled run ends at last (arq puts back nothing: the job is done)
@@ -228,6 +229,16 @@ def test_the_adapters_failure_is_what_arqs_worker_does_with_a_task_that_raised(r
         client.close()
 
 
-# -- fence replay --------------------------------------------------------------------------------
+# -- the adapter itself ----------------------------------------------------------------------------
+ADAPTER_LINES, RECIPE_LINES = 180, 65
+"""Caps on fence/targets/arq_redis.py and arq_recovery.py, documentation included (wc -l): a ratchet."""
+
+
+def test_the_adapter_and_its_recipe_are_on_the_public_target_api_alone(arq_module):
+    """Issue 27: the adapter imports of fence only the public target API and its recipe, the recipe only the public
+    API; neither grows past its cap."""
+    assert fence_imports(arq_module) <= PUBLIC_TARGET_API | {"fence.targets.arq_recovery"}
+    assert fence_imports(arq_recovery) <= PUBLIC_TARGET_API
+    assert source_lines(arq_module) <= ADAPTER_LINES and source_lines(arq_recovery) <= RECIPE_LINES
 
 

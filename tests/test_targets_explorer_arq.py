@@ -19,7 +19,7 @@ import time
 import pytest
 
 from fence.model.policies import POLICIES
-from fence.targets import TARGETS
+from tests.target_explorer_checks import snapshot_without_time
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -30,34 +30,32 @@ arq_module, shipped, guarded = system_fixtures("arq")
 
 
 def test_equal_states_reached_at_different_instants_have_one_snapshot(guarded):
-    """Two worlds that made the same moves a few milliseconds apart snapshot alike: enqueue instants are left out."""
-    snapshots = []
+    """Two worlds that made the same moves a few milliseconds apart snapshot alike, though the images they dumped
+    while the job was queued differ: the enqueue instants (the queue's score, the pickled job's) are left out.
+
+    (Until issue 27's rework this compared only the snapshots after the confirm, when neither instant is
+    left on the server: it could not fail on them.)"""
+    snapshots, images = [], []
     for _ in range(2):
         guarded.destination_factory(GUARDED.guards)  # a fresh world: the storage empties the database
         ledger = guarded.ledger_factory(1)
         ledger.reserve("job1", "w1", 0, 2)
+        images.append(ledger.dump())
+        reserved = ledger.snapshot()
         ledger.confirm("job1", "w1")
-        snapshots.append(ledger.snapshot())
-        time.sleep(0.01)  # a different enqueue_time_ms in the pickled job and result, a different queue score
-    assert snapshots[0] == snapshots[1]
-    keys = dict((entry[0], entry[2]) for entry in snapshots[0][1])
-    assert keys[b"arq:result:job1#1"] == "(True, 1)"  # the result read back: a success, on the job's first try
+        snapshots.append((reserved, ledger.snapshot()))
+        time.sleep(0.01)  # a different enqueue_time_ms in the pickled job, a different queue score
+    assert images[0] != images[1]
+    assert snapshots[0] == snapshots[1] and snapshots[0][0] != snapshots[0][1]
 
 
-def test_a_snapshot_without_time_is_reported_unfaithful(redis_url, arq_module):
+def test_a_snapshot_without_time_is_reported_unfaithful(redis_url, arq_module, monkeypatch):
     """Without the picks' deadlines and the keys' TTLs, a lease taken before a tick merges with one after it: caught."""
     from fence.explore.results import Outcome
-    from fence.targets import EXPLORER_BOUND, explore_target
+    from fence.targets import EXPLORER_BOUND, TARGETS, explore_target
 
-    class WithoutTime(arq_module.ArqLedger):
-        def snapshot(self):
-            picks, keys, *rest = super().snapshot()
-            return (tuple(p.reservation_id for p in picks), tuple(key[:3] for key in keys), *rest)
-
-    class Storage(arq_module.ArqStorage):
-        LEDGER = WithoutTime
-
-    storage = Storage(redis_url, guarded=True)
+    snapshot_without_time(arq_module.ArqLedger, monkeypatch)
+    storage = TARGETS["arq+guard"].open(redis_url)
     try:
         found = explore_target(TARGETS["arq+guard"], storage, EXPLORER_BOUND, faithfulness=(20, 40))
     finally:

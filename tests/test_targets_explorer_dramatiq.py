@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.target_explorer_checks import mutated_walk_is_caught, zset_scores_now
+from fence.targets.images import RedisImage
+from tests.target_explorer_checks import mutated_walk_is_caught, snapshot_without_time, zset_scores_now
 from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
@@ -28,31 +29,25 @@ dramatiq_module, _, _ = system_fixtures("dramatiq")
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something ---------------------------
+# Each mutation goes through the public target API: the ledger's load(image) and snapshot(), the RedisImage.
 def _forget_heartbeats(module, monkeypatch):
     """A load that stamps every heartbeat now: time restored as an instant, not as ticks ago."""
     real = module.DramatiqLedger.load
 
     monkeypatch.setattr(module.DramatiqLedger, "load", lambda self, image: real(
-        self, module.RedisImage(zset_scores_now(image.keys), image.ttls)))
+        self, RedisImage(zset_scores_now(image.keys), image.ttls)))
 
 
 def _forget_the_ack_sets(module, monkeypatch):
     """A load that drops every worker's ack set: a copy forgets which worker holds the message."""
     real = module.DramatiqLedger.load
-    monkeypatch.setattr(module.DramatiqLedger, "load", lambda self, image: real(self, module.RedisImage(
+    monkeypatch.setattr(module.DramatiqLedger, "load", lambda self, image: real(self, RedisImage(
         tuple(key for key in image.keys if not key[0].startswith(b"dramatiq:__acks__.")), image.ttls)))
 
 
 def _snapshot_without_time(module, monkeypatch):
-    """A snapshot that drops the heartbeat ticks and the reservations' deadlines: when a lease runs out."""
-    real = module.DramatiqLedger.snapshot
-
-    def timeless(self):
-        takes, keys, *rest = real(self)
-        takes = tuple(t[:5] + t[6:] for t in takes)
-        return (takes, tuple(k for k in keys if k[1] != "zset"), *rest)
-
-    monkeypatch.setattr(module.DramatiqLedger, "snapshot", timeless)
+    """A snapshot without the heartbeat ticks and the reservations' deadlines: when a lease runs out."""
+    snapshot_without_time(module.DramatiqLedger, monkeypatch)
 
 
 CAUGHT = {

@@ -11,7 +11,9 @@ written once here:
 * ``RedisImage`` (``dump_redis``, ``load_redis``, ``RedisDatabase``): every key
   of one Redis database (its db number), with its type and contents (lists,
   hashes, sets, sorted sets, strings) and its TTL. A load is a ``FLUSHDB`` and
-  every key written back, in one transaction.
+  every key written back, in one transaction. Instants a system keeps inside
+  hash values (a delayed message's eta) are ``InstantsIn``, kept as ticks ahead
+  as a TTL is.
 * ``SchemaImage`` (``PostgresTables``): a list of PostgreSQL tables, each as
   JSON rows ordered by id, and their id sequences. A load is one transaction
   that deletes every row, inserts the image's with their ids, and sets every
@@ -39,6 +41,7 @@ from typing import Callable, Iterable
 
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
+from fence.targets.redis_image import InstantsIn
 
 
 # -- ids that depend on the path taken ------------------------------------------------------
@@ -69,4 +72,4 @@ def ranked_ids(
 
 
 __all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
-           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids"]
+           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids", "InstantsIn"]

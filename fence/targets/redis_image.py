@@ -11,11 +11,13 @@ import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
 from fence.targets.model_time import ModelTime
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -148,24 +150,81 @@ end
 scored in milliseconds), TTLs shorter (a key past its TTL gone)."""
 
 
+@dataclass(frozen=True)
+class InstantsIn:
+    """Instants a system keeps inside the values of some hashes (a delayed message's eta in its JSON), which it
+    compares with its clock: kept in an image as whole ticks ahead of the clock at the dump, rounded up, and
+    loaded half a tick earlier than that, as a TTL is; moved back by ``move_time``; and in a snapshot, the model
+    tick they fall due at.
+
+    ``hashes`` names the hashes (a glob pattern, ``dramatiq:*.DQ.msgs``); ``read(value)`` is the instant in
+    one of their values (None: it has none), ``write(value, instant)`` the value with the instant replaced;
+    instants are ``per_second`` units a second (1000: milliseconds).
+    """
+
+    hashes: str
+    read: Callable[[bytes], float | None]
+    write: Callable[[bytes, float], bytes]
+    per_second: float = 1.0
+
+    def _moved(self, value: bytes, move: Callable[[float], float]) -> bytes:
+        instant = self.read(value)
+        return value if instant is None else self.write(value, move(instant))
+
+    def _mapped(self, image: RedisImage, move: Callable[[float], float]) -> RedisImage:
+        pattern = self.hashes.encode()
+        return RedisImage(tuple(
+            (name, kind, tuple((field, self._moved(data, move)) for field, data in value)
+             if kind == "hash" and fnmatchcase(name, pattern) else value)
+            for name, kind, value in image.keys), image.ttls)
+
+    def as_ticks(self, image: RedisImage, time: ModelTime) -> RedisImage:
+        """``image`` (instants as the server keeps them) with each instant as whole ticks ahead, rounded up."""
+        now, tick = wall.time() * self.per_second, time.tick_seconds * self.per_second
+        return self._mapped(image, lambda instant: math.ceil((instant - now) / tick))
+
+    def as_instants(self, image: RedisImage, time: ModelTime) -> RedisImage:
+        """``image`` (ticks ahead) with each back as an instant, half a tick before the tick it falls due."""
+        now, tick = wall.time() * self.per_second, time.tick_seconds * self.per_second
+        return self._mapped(image, lambda ticks: int(now + (ticks - 0.5) * tick))
+
+    def at_model_ticks(self, image: RedisImage, now: float) -> RedisImage:
+        """``image`` (ticks ahead) with each as the model tick it falls due at, for a snapshot."""
+        return self._mapped(image, lambda ahead: int(now + ahead))
+
+    def move_back(self, client, time: ModelTime, ticks: float) -> None:
+        """Each instant in the server's hashes ``ticks`` of model time earlier."""
+        by = int(time.seconds(ticks) * self.per_second)
+        for name in client.keys(self.hashes):
+            for field, data in client.hgetall(name).items():
+                client.hset(name, field, self._moved(data, lambda instant: instant - by))
+
+
 class RedisDatabase:
     """One Redis database as a target keeps it: its image, emptied, and model time moved on it."""
 
     def __init__(
         self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
-        milliseconds: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
     ) -> None:
         self.client = client
         self.time = time
         self.timestamps = _names(timestamps)
         self.milliseconds = _names(milliseconds)
         """The timestamp sets scored in milliseconds (``dump_redis``)."""
+        self.instants = tuple(instants)
+        """Instants inside hash values (``InstantsIn``), kept as ticks ahead."""
         self._move_back = client.register_script(MOVE_BACK)
 
     def dump(self) -> RedisImage:
-        return dump_redis(self.client, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
+        image = dump_redis(self.client, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
+        for instants in self.instants:
+            image = instants.as_ticks(image, self.time)
+        return image
 
     def load(self, image: RedisImage) -> None:
+        for instants in self.instants:
+            image = instants.as_instants(image, self.time)
         load_redis(self.client, image, self.time, timestamps=self.timestamps, milliseconds=self.milliseconds)
 
     def empty(self) -> None:
@@ -178,6 +237,8 @@ class RedisDatabase:
         """Model time on by ``ticks``: every timestamp set's scores that much earlier, every TTL that much shorter."""
         in_seconds, in_ms = self._existing(self.timestamps), self._existing(self.milliseconds)
         self._move_back(keys=in_seconds + in_ms, args=[self.time.seconds(ticks), len(in_seconds)])
+        for instants in self.instants:
+            instants.move_back(self.client, self.time, ticks)
 
     def snapshot(
         self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
@@ -188,8 +249,11 @@ class RedisDatabase:
         A timestamp set's score is the tick of ``now`` (the ledger's clock) it
         stands at, a TTL the tick the key expires at; keys whose name starts with
         one of ``leave_out`` are left out (what decides no answer); hashes, sets
-        and sorted sets are sorted after ``canonical`` renamed them.
+        and sorted sets are sorted after ``canonical`` renamed them. Instants in
+        hash values (``InstantsIn``) are the tick they fall due at.
         """
+        for instants in self.instants:
+            image = instants.at_model_ticks(image, now)
         ttls = dict(image.ttls)
         keys = []
         for name, kind, value in image.keys:
@@ -209,6 +273,11 @@ class RedisSession:
     What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
     and what ``TargetLedger`` dumps and loads by; a target adds its library's
     handle on ``client``, and names its library's distributions in ``LIBRARIES`` for ``versions()``.
+    What every Redis adapter needed beside: ``library`` opens the library's own
+    handle (a failure is one line naming it) and ``closing`` closes it with the
+    session; ``worker(reservation_id)`` is a worker per reservation from the
+    subclass's ``new_worker()``; ``loop`` and ``run`` an event loop for a
+    library on asyncio.
     """
 
     LIBRARIES: dict[str, str] = {}
@@ -216,7 +285,7 @@ class RedisSession:
 
     def __init__(
         self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
-        milliseconds: Iterable[str | bytes] = (),
+        milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
     ) -> None:
         import redis
 
@@ -226,9 +295,12 @@ class RedisSession:
         except redis.RedisError as error:
             self.client.close()
             raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
-        self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds)
+        self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds,
+                                      instants=instants)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence.model.restore``)."""
+        self._workers: dict[str, object] = {}
+        self._on_close: list[Callable[[], object]] = []
 
     def dump(self) -> RedisImage:
         return self.database.dump()
@@ -262,13 +334,42 @@ class RedisSession:
         """``coroutine`` run to its end on the session's ``loop``."""
         return self.loop.run_until_complete(coroutine)
 
+    def library(self, url: str, name: str, open_library: Callable[[], T]) -> T:
+        """``open_library()``, the library's own handle on this Redis; if that fails, the session closed and one
+        line (``BackendError``) saying that ``name`` cannot reach Redis at ``url``."""
+        try:
+            return open_library()
+        except Exception as error:
+            self.close()
+            raise BackendError(f"{url}: {name} cannot reach Redis there ({error})") from None
+
+    def closing(self, close: Callable[[], object]) -> None:
+        """Call ``close()`` (a library's handle) when the session closes, before its own client and loop."""
+        self._on_close.append(close)
+
+    def new_worker(self) -> object:
+        """One of the library's workers (a broker, a channel) on ``client``, for ``worker``."""
+        raise NotImplementedError(f"{type(self).__name__} makes no workers: implement new_worker()")
+
+    def worker(self, reservation_id: str) -> object:
+        """The worker that takes reservation ``reservation_id``'s job, made once by ``new_worker()``: the same in
+        every world and every copy of one, so the library's worker must keep nothing beside its identity that
+        decides what its calls do to the database."""
+        if reservation_id not in self._workers:
+            self._workers[reservation_id] = self.new_worker()
+        return self._workers[reservation_id]
+
     def close(self) -> None:
         try:
-            if "loop" in self.__dict__:
-                self.loop.close()
+            for close in reversed(self.__dict__.get("_on_close", [])):
+                close()
         finally:
-            self.client.close()
+            try:
+                if "loop" in self.__dict__:
+                    self.loop.close()
+            finally:
+                self.client.close()
 
 
 
-__all__ = ["MOVE_BACK", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "load_redis"]
+__all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "load_redis"]
