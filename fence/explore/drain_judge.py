@@ -200,6 +200,7 @@ class DrainJudge:
         while drained.network:
             if own_missed is not None:  # the state itself: ``lookup`` missed on its key
                 key, own_missed = own_missed, None
+                self._check_key(key, drained, self.FIRST_ROUND_DELIVERING, fingerprint)
             else:
                 key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
                                                    self.FIRST_ROUND_DELIVERING, fingerprint)
@@ -228,6 +229,7 @@ class DrainJudge:
                 # ``lookup`` composed this key from the jobs' first halves and missed on it;
                 # the memo has gained nothing since (the deliveries above found no answer).
                 key = known.halfway
+                self._check_key(key, drained, self.FIRST_ROUND_HALFWAY, fingerprint)
             else:
                 key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
                                                    self.FIRST_ROUND_HALFWAY, fingerprint)
@@ -265,6 +267,14 @@ class DrainJudge:
         for key in seen:
             self.memo[key] = answer
         return answer
+
+    def _check_key(self, key: int, drained: World, tag: str, fingerprint) -> None:
+        """With memo checks on, ``key`` (as ``lookup`` gave it) must be the one ``drained``'s own state key gives."""
+        if self.steps is None or not self.steps.check_every:
+            return
+        made = self.first_round_fingerprint(self.first_round_key(state_key(drained)), tag, fingerprint)
+        if made != key:
+            raise MemoMismatch(f"the drain judge's memo key for '{tag}' was composed as {key}, the World's is {made}")
 
 
 class Missed(NamedTuple):
