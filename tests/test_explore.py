@@ -791,3 +791,23 @@ def test_cli_bench_counterexamples_times_a_cell_to_its_proved_shortest(tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     row = next(line for line in out.read_text().splitlines() if "everything_settles" in line)
     assert "1/1" in row and row.split()[-1] == "1/1", row
+
+
+@pytest.mark.parametrize("which", ["halfway", "own"])
+def test_the_memo_check_catches_a_drain_key_that_lookup_passed_on_wrongly(monkeypatch, which):
+    """A drain the memos missed is stored under the keys ``lookup`` just missed on, not made again: with the
+    memo check on, each is compared with the key the drained World gives (a wrong one would be stored silently)."""
+    from fence.explore.transitions import MemoMismatch
+
+    whole_lookup = DrainJudge.lookup
+
+    def passes_on_a_wrong_key(self, *args):
+        answer, missed = whole_lookup(self, *args)
+        if missed is not None and getattr(missed, which) is not None:
+            missed = missed._replace(**{which: getattr(missed, which) + 1})
+        return answer, missed
+
+    monkeypatch.setattr(DrainJudge, "lookup", passes_on_a_wrong_key)
+    with pytest.raises(MemoMismatch):
+        explore(POLICIES["abandon-fenced"], ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2),
+                symmetry=True, check_memo=1, max_depth=12)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from fence.explore import transitions
 from fence.model.invariants import Invariant
@@ -75,14 +75,14 @@ class DrainJudge:
             return fingerprint(key + (tag,))
         return sums(key[0], key[1], (key[2], tag))
 
-    def _from_memos(self, world: World) -> tuple[tuple | None, tuple | None]:
+    def _from_memos(self, world: World) -> tuple[tuple | None, Missed | None]:
         """The answer for a fast world without draining it, if the memos have it.
 
         First by the key its first half (``World._drain_workers``) would reach,
         put together job by job from ``halves``: what a first half did to each
         job's part, learned from first halves run for real (``_learn_halves``);
-        then by its own key, if messages are in flight. Returns (answer, what
-        ``_learn_halves`` needs when a job's first half is not known yet).
+        then by its own key, if messages are in flight. Returns (answer, None)
+        or (None, what ``lookup`` learned: ``Missed``).
 
         Why a first half composes per job: each of its steps (deliveries,
         confirms, commits sent, starts) is job-local and reads nothing outside
@@ -104,33 +104,49 @@ class DrainJudge:
         )
 
     def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
-               in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, tuple | None]:
+               in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, Missed | None]:
         """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
         order), the context, the abandon promises, whether messages are in flight, and (asked
         only then) its key without symmetry as ``first_round_key`` writes it. The explorer's
-        abstract walk asks this with no world."""
+        abstract walk asks this with no world.
+
+        On a miss it also returns what it learned (``Missed``), for ``__call__`` on the same
+        state: it need not look up again the keys that just missed."""
         shared = (now, True, free, held)
-        halves = self.halves
-        found = [halves.get((detail, shared)) for detail in details]
-        learn = None
-        if None in found:
+        get = self.halves.get
+        # Called once per new state: one pass over the jobs, no generators.
+        parts = []
+        stepped = added = False
+        for detail in details:
+            half = get((detail, shared))
+            if half is None:
+                parts = None
+                break
+            parts.append(half[0])
+            if half[1]:
+                stepped = True
+            if half[2]:
+                added = True
+        learn = halfway_key = own = None
+        if parts is None:
             learn = (dict(zip(jobs, details)), shared, frozenset(abandoned))
-        elif any(stepped for _part, stepped, _added in found):
-            if any(added for _part, _stepped, added in found):
+        elif stepped:
+            if added:
                 abandoned = set(abandoned)
-                for job, (_part, _stepped, added) in zip(jobs, found):
-                    abandoned.update(job + i for i in added)
-            halfway = (now, tuple(part for part, _stepped, _added in found),
-                       tuple(sorted(abandoned)) if abandoned else ())
-            answer = self.memo.get(self.first_round_fingerprint(halfway, self.FIRST_ROUND_HALFWAY))
+                for job, detail in zip(jobs, details):
+                    abandoned.update(job + i for i in get((detail, shared))[2])
+            halfway = (now, tuple(parts), tuple(sorted(abandoned)) if abandoned else ())
+            halfway_key = self.first_round_fingerprint(halfway, self.FIRST_ROUND_HALFWAY)
+            answer = self.memo.get(halfway_key)
             if answer is not None:
                 return answer, None
         # else the first half takes no step: no halfway key (see ``__call__``)
         if in_flight:
-            answer = self.memo.get(self.first_round_fingerprint(own_key(), self.FIRST_ROUND_DELIVERING))
+            own = self.first_round_fingerprint(own_key(), self.FIRST_ROUND_DELIVERING)
+            answer = self.memo.get(own)
             if answer is not None:
                 return answer, None
-        return None, learn
+        return None, Missed(learn, halfway_key, own)
 
     def _learn_halves(self, learn: tuple, drained: World, steps_before: int) -> None:
         """Remember what the first half just taken on ``drained`` did to each job (see ``_from_memos``)."""
@@ -152,17 +168,20 @@ class DrainJudge:
         """``missed``: what ``lookup`` gave besides no answer, when it was just asked about this world."""
         if not self.invariants:
             return (), True
-        learn = None
+        known = None
         if missed is not False:
-            learn = missed
+            known = missed
         elif self.steps is not None and world.fast_copy_is_faithful():
-            answer, learn = self._from_memos(world)
+            answer, known = self._from_memos(world)
             if answer is not None:
                 if not self.steps.should_check():
                     return answer
                 if DrainJudge(self.invariants)(world) != answer:  # checked: made again with no memo
                     raise MemoMismatch(f"the drain judge's memoised answer {answer} differs from the drain's")
                 return answer
+        learn = known.learn if known is not None else None
+        # The keys ``lookup`` has just looked up and missed (None where it did not) are not looked up again.
+        own_missed = known.own if known is not None else None
         fingerprint = of_plain if world.fast_copy_is_faithful() else self._generic_fingerprints
         drained = world.clone(history=False)
         drained.start_draining()
@@ -179,11 +198,15 @@ class DrainJudge:
         # on the way ends the first half where this one does. Such a state is
         # often another explored state (this one's child by that delivery).
         while drained.network:
-            key = self.first_round_fingerprint(self.first_round_key(state_key(drained)), self.FIRST_ROUND_DELIVERING,
-                                               fingerprint)
-            answer = self.memo.get(key)
-            if answer is not None:
-                break
+            if own_missed is not None:  # the state itself: ``lookup`` missed on its key
+                key, own_missed = own_missed, None
+                self._check_key(key, drained, self.FIRST_ROUND_DELIVERING, fingerprint)
+            else:
+                key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
+                                                   self.FIRST_ROUND_DELIVERING, fingerprint)
+                answer = self.memo.get(key)
+                if answer is not None:
+                    break
             seen.append(key)
             drained._drain_deliver_next()
         if answer is not None:
@@ -202,13 +225,19 @@ class DrainJudge:
         if len(drained.trace) > steps:
             if learn is not None:
                 self._learn_halves(learn, drained, steps)
-            key = self.first_round_fingerprint(self.first_round_key(state_key(drained)), self.FIRST_ROUND_HALFWAY,
-                                               fingerprint)
-            answer = self.memo.get(key)
-            if answer is not None:
-                for key in seen:
-                    self.memo[key] = answer
-                return answer
+            if known is not None and known.halfway is not None:
+                # ``lookup`` composed this key from the jobs' first halves and missed on it;
+                # the memo has gained nothing since (the deliveries above found no answer).
+                key = known.halfway
+                self._check_key(key, drained, self.FIRST_ROUND_HALFWAY, fingerprint)
+            else:
+                key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
+                                                   self.FIRST_ROUND_HALFWAY, fingerprint)
+                answer = self.memo.get(key)
+                if answer is not None:
+                    for key in seen:
+                        self.memo[key] = answer
+                    return answer
             seen.append(key)
             drained._drain_clock_and_janitors()
             # The first half took a step, so this round is no fixed point; checked
@@ -238,6 +267,25 @@ class DrainJudge:
         for key in seen:
             self.memo[key] = answer
         return answer
+
+    def _check_key(self, key: int, drained: World, tag: str, fingerprint) -> None:
+        """With memo checks on, ``key`` (as ``lookup`` gave it) must be the one ``drained``'s own state key gives."""
+        if self.steps is None or not self.steps.check_every:
+            return
+        made = self.first_round_fingerprint(self.first_round_key(state_key(drained)), tag, fingerprint)
+        if made != key:
+            raise MemoMismatch(f"the drain judge's memo key for '{tag}' was composed as {key}, the World's is {made}")
+
+
+class Missed(NamedTuple):
+    """What ``DrainJudge.lookup`` learned of a state on a miss, for ``DrainJudge.__call__`` on it."""
+
+    learn: tuple | None
+    """What ``_learn_halves`` needs, when a job's first half is not known yet."""
+    halfway: int | None
+    """The memo key of where the first half ends, composed from the jobs' halves, if it takes a step."""
+    own: int | None
+    """The state's own memo key in a first round's deliveries, if messages are in flight."""
 
 
 def _drain_order_key(message) -> tuple:
