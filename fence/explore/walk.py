@@ -167,6 +167,8 @@ from fence.explore.faithfulness import FaithfulnessCheck, Unfaithful
 from fence.explore.successors import _Memo
 from fence.explore.judging import _judge
 from fence.explore.world_walk import WorldWalk
+from fence.explore.plugin_memo import PluginStepMemo
+from fence.explore.plugin_memo import unsuitable as plugin_memo_unsuitable
 
 
 # -- the search ------------------------------------------------------------------------
@@ -274,6 +276,9 @@ def walk(
     if memo is None:
         memo = config.jobs > 1 or check_memo > 0
     memos = _Memo(step_invariants, check_memo) if faithfulness_check is None and memo else None
+    plugin_memo = None
+    if faithfulness_check is not None and memo and plugin_memo_unsuitable(root, step_invariants) is None:
+        plugin_memo = PluginStepMemo(check_memo)
     judge_drain = DrainJudge(teardown_invariants, memos.steps if memos is not None and memos.usable else None)
 
     # One walk, over one of two kinds of state: fence's own parts with the built-in step
@@ -284,7 +289,7 @@ def walk(
     if memos is not None and memos.usable:
         strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, parents=parents)
     else:
-        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents)
+        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents, plugin_memo)
     visited = VisitedTable(strategy.root_key(), parents)
 
     def check_teardown(node: int, state) -> None:
