@@ -199,7 +199,7 @@ class PluginStepMemo:
         answers, fingerprints = self.answers, self._fingerprints
         now = parent.raw[0]
         for action in up_to_janitors(world, world.enabled_actions()):
-            job = action.job_in(world) if parent.attributed else None
+            job = parent.job_of(action)
             memo_key = answer = composed = None
             checking = False
             if job is not None:
@@ -302,6 +302,7 @@ class _Parent:
 
     def __init__(self, world: World, memo: PluginStepMemo, made: tuple | None) -> None:
         self.memo = memo
+        self.world = world
         self.fence_ledger = type(world.ledger) is Ledger
         self.jobs = jobs = world.jobs
         self.attributed = False
@@ -323,6 +324,19 @@ class _Parent:
         self.index = {job: n for n, job in enumerate(jobs)}
         self.context = (raw[0], world.draining, world.ledger.free if self.fence_ledger else None, world.observer.held)
         self.attributed = True
+
+    def job_of(self, action) -> str | None:
+        """The job ``action`` touches, or None: a tick, or a state (or reservation) the memo cannot attribute.
+
+        A reservation a user's ledger lists that no attempt owns has no job: its step is taken
+        for real, which is where it shows what it is.
+        """
+        if not self.attributed:
+            return None
+        try:
+            return action.job_in(self.world)
+        except KeyError:
+            return None
 
     def memo_key(self, job: str, action) -> tuple:
         return (action, self.numbers[self.index[job]], self.context, self.plugins_number)
