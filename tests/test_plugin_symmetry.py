@@ -139,3 +139,117 @@ def test_a_plain_subclass_on_the_generic_path_concludes_what_the_builtin_does(co
     assert generic.unfaithful is None
     assert _conclusions(generic) == _conclusions(builtin)
     assert generic.exhausted and "proved" in {item.outcome.value for item in generic.results.values()}
+
+
+# -- the generic path's step memo (fence.explore.plugin_memo) ------------------------------------------------
+
+
+def _memo_walks(monkeypatch) -> list:
+    """Every ``PluginStepMemo`` the walks of this test make, to read how often it answered."""
+    from fence.explore import walk
+    from fence.explore.plugin_memo import PluginStepMemo
+
+    made = []
+
+    class Recorded(PluginStepMemo):
+        def __init__(self, *arguments, **options) -> None:
+            super().__init__(*arguments, **options)
+            made.append(self)
+
+    monkeypatch.setattr(walk, "PluginStepMemo", Recorded)
+    return made
+
+
+def _plugin_walk(plugin: str, config: dict, symmetry: bool, **options):
+    from fence.explore.walk import explore
+    from fence.model.plugins import load_destination, load_ledger, load_policy
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    policy, option, spec = PLUGINS.get(plugin) or MEMO_PLUGINS[plugin]
+    factories = {}
+    if option == "--destination":
+        factories["destination_factory"] = load_destination(str(TESTS / spec))
+    elif option == "--ledger":
+        factories["ledger_factory"] = load_ledger(str(TESTS / spec))
+    chosen = POLICIES[policy] if policy in POLICIES else load_policy(str(TESTS / policy))
+    return explore(chosen, ModelConfig(**config), symmetry=symmetry, **factories, **options)
+
+
+MEMO_PLUGINS = {
+    "decide writes": ("seeded/decide_writes.py:LookupThenAbandon", "--policy", None),
+}
+
+
+TWO_BY_ONE = dict(capacity=2, jobs=2, max_attempts=1, horizon=1)
+
+
+@pytest.mark.parametrize("plugin, config, symmetry", [
+    ("plain subclass", dict(capacity=2, jobs=2, max_attempts=2, horizon=1), True),
+    ("plain subclass", TWO_BY_ONE, False),
+    ("deadline witness", TWO_BY_ONE, True),
+    ("ledger frees twice", TWO_BY_ONE, True),
+    ("confirm without owner", TWO_BY_ONE, False),
+    ("decide writes", TWO_BY_ONE, True),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_the_generic_step_memo_changes_no_count_verdict_or_counterexample(monkeypatch, plugin, config, symmetry):
+    """A walk of users' plug-ins whose steps into states seen before are answered by the step memo concludes
+    exactly what the walk that takes every step does: states, transitions, depth, dangers, verdicts and
+    counterexamples. Every answer is also taken for real and compared (``check_memo=1``), and the memo
+    really answered: most transitions were not stepped."""
+    memos = _memo_walks(monkeypatch)
+    every_step = _plugin_walk(plugin, config, symmetry, memo=False)
+    assert memos == []  # with the memo off, none is made
+    remembered = _plugin_walk(plugin, config, symmetry, check_memo=1)
+    assert every_step.unfaithful is None and remembered.unfaithful is None, remembered.unfaithful
+    assert _conclusions(remembered) == _conclusions(every_step)
+    [memo] = memos
+    assert memo.checks == memo.hits > remembered.transitions // 2
+    # The default spot checks, every CHECK_EVERY-th answer, conclude the same.
+    assert _conclusions(_plugin_walk(plugin, config, symmetry)) == _conclusions(every_step)
+
+
+def test_the_generic_step_memo_catches_a_snapshot_that_leaves_state_out(monkeypatch):
+    """A destination that answers by what its snapshot() leaves out (the order of writes across keys) gets two
+    different answers to one memo key; with the replays of the faithfulness check switched off, the memo's own
+    comparison with the real step says so, and the walk proves nothing."""
+    from fence.explore.faithfulness import Unfaithful
+    from fence.explore.plugin_memo import PluginMemoMismatch
+
+    memos = _memo_walks(monkeypatch)
+    spec = ("fenced", "--destination", "user_plugins/remembers_last_key.py:RemembersLastKey")
+    MEMO_PLUGINS["remembers last key"] = spec
+    try:
+        # A lease of one tick: janitors look the keys up within the horizon.
+        config = dict(TWO_BY_ONE, lease=1)
+        found = _plugin_walk("remembers last key", config, False, check_memo=1, faithfulness=(0, 0))
+    finally:
+        del MEMO_PLUGINS["remembers last key"]
+    assert found.unfaithful and "step memo" in found.unfaithful and "snapshot()" in found.unfaithful
+    assert "proved" not in {item.outcome.value for item in found.results.values()}
+    assert "probe" in found.unfaithful  # a janitor's lookup, answered by the order the snapshot leaves out
+    assert memos[0].checks > 0 and issubclass(PluginMemoMismatch, Unfaithful)
+
+
+def test_a_plugin_without_a_snapshot_or_that_declines_is_walked_without_the_memo():
+    """The memo stands on the plug-ins' snapshots: a destination with none, or one that says
+    ``STEP_MEMO = False``, is walked with every step taken, as is a user's own step invariant."""
+    from fence import TicketService
+    from fence.explore.plugin_memo import unsuitable
+    from fence.model.invariants import INVARIANTS, Invariant
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig, World
+
+    class Declines(TicketService):
+        STEP_MEMO = False
+
+    class NoSnapshot(TicketService):
+        snapshot = None
+
+    policy, bound = POLICIES["abandon-fenced"], ModelConfig(capacity=2, jobs=2, max_attempts=1, horizon=1)
+    steps = [inv for inv in INVARIANTS if not inv.at_teardown]
+    assert unsuitable(World(policy, bound, TicketService), steps) is None
+    assert "STEP_MEMO" in unsuitable(World(policy, bound, Declines), steps)
+    assert "snapshot" in unsuitable(World(policy, bound, NoSnapshot), steps)
+    mine = Invariant(8, "mine", "a user's own", lambda world: None)
+    assert "invariant" in unsuitable(World(policy, bound, TicketService), [*steps, mine])

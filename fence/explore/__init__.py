@@ -10,6 +10,7 @@
 * ``transitions``   the memo of job-local steps: a step into a state seen before costs a lookup
 * ``successors``    a state's successors, each judged, by clone and step or from the step memo
 * ``world_walk``    the walk over World objects (one job; a user's plug-ins)
+* ``plugin_memo``   the generic path's step memo: a job's step with plug-ins answered from what it did before
 * ``abstract``      the abstract walk: states held by their readings, a World built only on a memo miss
 * ``faithfulness``  whether a user's plug-ins can be walked as copies: sampled copies and merges replayed
 * ``drain_judge``   invariant 6 per state: the model's own drain, memoised by drain round

@@ -90,6 +90,15 @@ The step memo (fence's own parts)
     drain together job by job the same way. ``explore(check_memo=n)`` takes
     every n-th memoised answer the slow way too and raises on a difference.
 
+The step memo (users' plug-ins)
+    On the generic path a job's step is remembered the same way, under the
+    job's entries in fence's parts of the generic key, the shared context and
+    the plug-ins' whole snapshots (``fence.explore.plugin_memo`` argues why
+    that answers exactly the real step, given the premise the generic key
+    rests on). A transition into a visited key is then judged from the
+    memo; every 64th answer (every n-th with ``check_memo=n``) is stepped for
+    real too, and a difference makes the walk unfaithful: it proves nothing.
+
 The abstract walk (one process, fence's own parts)
     ``explore`` goes further (``fence.explore.abstract``): a new state is held by its
     readings (details, key parts, context, abandon promises) and expanded and
@@ -167,6 +176,8 @@ from fence.explore.faithfulness import FaithfulnessCheck, Unfaithful
 from fence.explore.successors import _Memo
 from fence.explore.judging import _judge
 from fence.explore.world_walk import WorldWalk
+from fence.explore.plugin_memo import PluginStepMemo
+from fence.explore.plugin_memo import unsuitable as plugin_memo_unsuitable
 
 
 # -- the search ------------------------------------------------------------------------
@@ -239,7 +250,8 @@ def walk(
     (the default) uses the memos where they pay, with more than one job (with one,
     a step's memo key holds the whole state, which is expanded once, so the memo
     never answers twice and only costs); True always (``check_memo`` implies it), False never
-    (every transition cloned and applied), for comparison.
+    (every transition cloned and applied), for comparison. With users' plug-ins the memo
+    is ``fence.explore.plugin_memo``'s, unless it finds the plug-ins or invariants unsuitable.
     ``by_whole_state=True`` is the reference the hand-kept key is tested against:
     fence's own parts only, every enabled action taken (no janitor stands for
     another), each state keyed by ``fence.explore.whole_state.whole_state``, no memo and no
@@ -274,6 +286,9 @@ def walk(
     if memo is None:
         memo = config.jobs > 1 or check_memo > 0
     memos = _Memo(step_invariants, check_memo) if faithfulness_check is None and memo else None
+    plugin_memo = None
+    if faithfulness_check is not None and memo and plugin_memo_unsuitable(root, step_invariants) is None:
+        plugin_memo = PluginStepMemo(check_memo)
     judge_drain = DrainJudge(teardown_invariants, memos.steps if memos is not None and memos.usable else None)
 
     # One walk, over one of two kinds of state: fence's own parts with the built-in step
@@ -284,7 +299,7 @@ def walk(
     if memos is not None and memos.usable:
         strategy = AbstractWalk(memos, judge_drain, symmetry, step_invariants, root, parents=parents)
     else:
-        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents)
+        strategy = WorldWalk(root, symmetry, step_invariants, judge_drain, by_whole_state, parents, plugin_memo)
     visited = VisitedTable(strategy.root_key(), parents)
 
     def check_teardown(node: int, state) -> None:

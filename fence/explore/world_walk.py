@@ -34,7 +34,7 @@ class WorldWalk:
     """Numbers per state in the frontier: its number (``encode``)."""
 
     def __init__(self, root: World, symmetry: bool, step_invariants, judge_drain: DrainJudge,
-                 by_whole_state: bool = False, parents: Parents | None = None) -> None:
+                 by_whole_state: bool = False, parents: Parents | None = None, plugin_memo=None) -> None:
         self.root = root
         self.parents = parents
         self.waiting: dict[int, World] = {}
@@ -51,6 +51,8 @@ class WorldWalk:
         self.judge_step = StepJudge(step_invariants)
         self._by_parts: dict[tuple, int] = {}
         """A user's plug-ins: generic parts -> the fingerprint of their key (``_generic_fingerprint``)."""
+        self.plugin_memo = plugin_memo
+        """A user's plug-ins: their step memo (``fence.explore.plugin_memo``), or None to take every step."""
 
     def root_key(self) -> int:
         """The root's fingerprint (``fence.explore.visited``)."""
@@ -77,6 +79,11 @@ class WorldWalk:
             # parts (``_generic_fingerprint``). Invariant 3's present reading (phases, commits in
             # flight, abandon promises) is fence's records, which the generic key holds too, so a
             # key seen before is judged as fence's own parts' are (``StepJudge``).
+            if self.plugin_memo is not None:  # the same, a step into a state seen before answered by the memo
+                yield from self.plugin_memo.successors(
+                    world, visited, known, reached, self._fingerprint_of_parts, judge, self.step_invariants,
+                )
+                return
             for action in up_to_janitors(world, world.enabled_actions()):
                 child = world.clone(history=False)
                 child.apply(action)
@@ -101,12 +108,15 @@ class WorldWalk:
         a state seen before by the same names, whose fingerprint is then looked up
         rather than its symmetric form found and written out again.
         """
-        raw = generic_parts(world)
+        return self._fingerprint_of_parts(generic_parts(world))
+
+    def _fingerprint_of_parts(self, raw: tuple) -> int:
+        """``_generic_fingerprint`` of a world whose generic parts are ``raw``."""
         found = self._by_parts.get(raw)
         if found is None:
             if len(self._by_parts) >= self.GENERIC_KEPT:
                 self._by_parts.clear()
-            found = self._by_parts[raw] = self.fingerprint(generic_key_of(raw, world.jobs, self.symmetry))
+            found = self._by_parts[raw] = self.fingerprint(generic_key_of(raw, self.root.jobs, self.symmetry))
         return found
 
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
@@ -124,7 +134,8 @@ class WorldWalk:
         return None
 
     def next_level(self, expanded) -> None:
-        pass
+        if self.plugin_memo is not None:
+            self.plugin_memo.next_level()
 
     def encode(self, node: int, world: World) -> tuple[int]:
         """The state as the frontier keeps it: its number; its World kept aside while there is room."""
