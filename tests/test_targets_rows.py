@@ -308,7 +308,10 @@ def test_the_guarded_row_holds_at_both_configurations(system, adapter, server_ur
     """The guarded row at fence verdicts' configurations (1x1 and 2x2), 150 examples each: nothing found."""
     found = judge_target(TARGETS[f"{system}+guard"], server_url, run_settings=profile_settings(150, 30), explore=False,
                          failures=expected(BOTH_CONFIGURATIONS_FAIL, system))
-    assert all(cell.verdict is Verdict.NOT_FOUND for cell in found.report.cells.values())
+    # Each cell's word and detail on failure: a guarded row's verdict is the one that must never be wrong.
+    assert {name: cell.verdict for name, cell in found.report.cells.items()} == dict.fromkeys(
+        found.report.cells, Verdict.NOT_FOUND), {name: (cell.verdict.value, cell.detail, cell.counterexample)
+                                                 for name, cell in found.report.cells.items()}
     assert found.lockstep_findings == []
 
 
