@@ -253,3 +253,22 @@ def test_a_plugin_without_a_snapshot_or_that_declines_is_walked_without_the_memo
     assert "snapshot" in unsuitable(World(policy, bound, NoSnapshot), steps)
     mine = Invariant(8, "mine", "a user's own", lambda world: None)
     assert "invariant" in unsuitable(World(policy, bound, TicketService), [*steps, mine])
+
+
+@pytest.mark.parametrize("snapshot_part, look_alike", [
+    (frozenset({"job1", "job2"}), ("set", ("job1", "job2"))),
+    ({"job1": 1}, ("dict", (("job1", 1),))),
+])
+def test_a_plugins_tuple_never_takes_the_key_of_a_set_or_dict_it_spells(snapshot_part, look_alike):
+    """Two snapshots a plug-in tells apart (a set, and a tuple that spells the set's written form) get two keys.
+
+    The generic key writes a set or a dict as a tagged tuple; with a plain string tag, a
+    plug-in's own tuple could take the same form and the walk would merge two states it
+    must keep apart.
+    """
+    from fence.explore.state_key import canonical_renaming, symmetric_form
+
+    assert canonical_renaming((snapshot_part,), {}) != canonical_renaming((look_alike,), {})
+    if isinstance(snapshot_part, frozenset):  # a key part is hashable: a dict is only ever inside a snapshot's value
+        jobs = ["job1", "job2"]
+        assert symmetric_form((snapshot_part,), jobs)[0] != symmetric_form((look_alike,), jobs)[0]

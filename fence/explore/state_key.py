@@ -190,6 +190,16 @@ def _renamed_text_cache(renaming: dict[str, str]) -> dict[str, str]:
     return cache
 
 
+# What ``_canonical`` writes for a set, a dict, an enum member, a named tuple or a dataclass starts
+# with one of these tags. A tag is a one-name frozenset because ``_canonical`` writes every
+# frozenset it meets as a tagged tuple: no value of a plug-in's snapshot comes out as one, so a
+# plain tuple such as ``("set", ("a", "b"))`` can never take the form of a set of "a" and "b".
+# (A string tag could: two states a plug-in tells apart would share one key.) One name each
+# keeps the tag's text, and so the order ``_sorted`` falls back to, the same in every process.
+_SET, _DICT, _ENUM, _NAMED_TUPLE, _DATACLASS = (
+    frozenset({"set"}), frozenset({"dict"}), frozenset({"enum"}), frozenset({"named tuple"}), frozenset({"dataclass"}))
+
+
 def _canonical(value, renaming: dict[str, str], cache: dict[str, str]) -> object:
     kind = type(value)
     if kind is str:
@@ -202,17 +212,17 @@ def _canonical(value, renaming: dict[str, str], cache: dict[str, str]) -> object
     if kind in _PLAIN or kind is bytes:
         return value
     if kind is frozenset or kind is set:
-        return ("set", _sorted([_canonical(item, renaming, cache) for item in value]))
+        return (_SET, _sorted([_canonical(item, renaming, cache) for item in value]))
     if kind is dict:
-        return ("dict", _sorted([
+        return (_DICT, _sorted([
             (_canonical(k, renaming, cache), _canonical(v, renaming, cache)) for k, v in value.items()
         ]))
     if isinstance(value, enum.Enum):
-        return (kind.__qualname__, _canonical(value._value_, renaming, cache))
+        return (_ENUM, kind.__qualname__, _canonical(value._value_, renaming, cache))
     if isinstance(value, tuple):  # a named tuple
-        return (kind.__qualname__, tuple([_canonical(item, renaming, cache) for item in value]))
+        return (_NAMED_TUPLE, kind.__qualname__, tuple([_canonical(item, renaming, cache) for item in value]))
     if dataclasses.is_dataclass(value):
-        return (kind.__qualname__, tuple(
+        return (_DATACLASS, kind.__qualname__, tuple(
             (f.name, _canonical(getattr(value, f.name), renaming, cache)) for f in dataclasses.fields(value)
         ))
     raise _NotRenamable(kind.__qualname__)

@@ -6,7 +6,7 @@ import enum
 
 from fence.model.state_table import NOT_STATE
 from fence.model.world import World
-from fence.explore.state_key import _PLAIN, _sorted
+from fence.explore.state_key import _DICT, _ENUM, _PLAIN, _SET, _sorted
 
 
 # ``state_key`` is written by hand, because its reductions are argued (see
@@ -51,13 +51,13 @@ def _in_order(values) -> tuple:
 def _reader_for(kind: type):
     """How to read a value of ``kind`` (not a ``_PLAIN`` one): made once per type (the walk reads millions)."""
     if issubclass(kind, enum.Enum):
-        return lambda member: (kind.__name__, member._value_)
+        return lambda member: (_ENUM, kind.__name__, member._value_)
     if issubclass(kind, (list, tuple)):
         return _in_order
     if issubclass(kind, (set, frozenset)):
-        return lambda items: ("set", _sorted([_read(item) for item in items]))
+        return lambda items: (_SET, _sorted([_read(item) for item in items]))
     if issubclass(kind, dict):
-        return lambda mapping: ("dict", _sorted([
+        return lambda mapping: (_DICT, _sorted([
             (k if type(k) in _PLAIN else _read(k), v if type(v) in _PLAIN else _read(v)) for k, v in mapping.items()
         ]))
     if not kind.__module__.startswith("fence."):
