@@ -65,7 +65,7 @@ def pgqueuer_enqueue(url: str, keys: Sequence[str]) -> None:
     import psycopg
     from pgqueuer import Queries
 
-    from fence.targets import pgqueuer as recipe
+    from fence.targets import pgqueuer_recovery as recipe
 
     async def enqueue():
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection:
@@ -113,14 +113,18 @@ def pgqueuer_work(url: str, effect: Effect, index: int) -> None:
     from pgqueuer import QueueManager, Queries
     from pgqueuer.domain.types import QueueExecutionMode
 
-    from fence.targets import pgqueuer as recipe
+    from fence.targets import pgqueuer_recovery as recipe
 
     async def work():
-        # The recipe (guarded only) reads the job's picks on a psycopg connection of its own; the manager's
-        # connection is the same in both modes.
+        # The recipe (guarded only) talks to pgqueuer on a psycopg connection of its own (a re-pick's recovery);
+        # the guard's database is pgqueuer's, so each job's picks are read in its registration's statement
+        # (log_in_guard_database, checked once). The manager's connection is the same in both modes.
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as connection, \
                 pgqueuer_manager_queries(url, pgqueuer_driver()) as manager_queries:
             queries = Queries.from_psycopg_connection(connection)
+            log = await recipe.log_in_guard_database(queries, effect.guard) if effect.guarded else None
+            if effect.guarded and log is None:
+                raise RuntimeError("the guard's connection does not reach pgqueuer's database: the bench puts both on one")
             manager = QueueManager(manager_queries)
 
             @manager.entrypoint(TASK)
@@ -129,7 +133,7 @@ def pgqueuer_work(url: str, effect: Effect, index: int) -> None:
                 await effect.work_async()
                 key = recipe.key_of(job)
                 if effect.guarded:
-                    attempt = await recipe.guarded_attempt(queries, effect.guard, job)
+                    attempt = await recipe.guarded_attempt(queries, effect.guard, job, log)
                     if attempt is None:
                         raise RuntimeError(f"job {job.id} was re-picked in a benchmark run: a stalled worker")
                     with attempt:
