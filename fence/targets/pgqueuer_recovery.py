@@ -8,6 +8,9 @@ guarded entrypoint enqueues with ``enqueue_keyed`` and starts with
 abandons every earlier attempt unless one committed, then logs the row
 successful, or as an exception with a fresh row for the retry, so that a stale
 ``log_jobs`` meets no row. ``settle_failure`` is the entrypoint's ``except``.
+Where the guard's database is pgqueuer's (``log_in_guard_database``, checked
+once at a worker's start), the picks are read in the registration's own
+statement: a first pick then costs the guard's two round trips, no third.
 
 ``fence.targets.pgqueuer`` drives pgqueuer through fence's protocol and uses
 these same calls for its guarded row.
