@@ -98,6 +98,32 @@ class Guard:
         """``with guard.attempt(key, attempt_id) as attempt: ... attempt.commit(payload)``."""
         return GuardedAttempt(self.destination, key, attempt_id)
 
+    def attempt_if(self, key: str, attempt_id: str, query: str, params: tuple = ()) -> tuple[tuple, GuardedAttempt | None]:
+        """A read of the queue's own tables and this attempt's registration, in one round trip.
+
+        For a queue whose tables are in the guard's database and that names an
+        attempt by what they hold (pgqueuer: which pick of its row a run is).
+        ``query`` is one SELECT of one row on the guard's connection (``?``
+        placeholders, ``params``; name the queue's tables with their schema)
+        whose first column, named ``register``, says whether this run is an
+        attempt. Returns the row, and the attempt, registered already (entering
+        it refuses an abandoned one as ``attempt`` does), or None when the read
+        said no. Needs fence's SQL destination (``Guard.open``).
+        """
+        register_if = getattr(self.destination, "register_if", None)
+        if register_if is None:
+            raise BadInput(f"Guard.attempt_if needs fence's SQL destination (Guard.open), not {type(self.destination).__name__}")
+        row, state = register_if(attempt_id, query, params)
+        return row, None if state is None else GuardedAttempt(self.destination, key, attempt_id, registered=state)
+
+    def read(self, query: str, params: tuple = ()) -> tuple | None:
+        """One row of a read on the guard's own connection (``?`` placeholders): what a recipe checks once before it
+        hands ``attempt_if`` a read of its queue's tables (that they are in this database). Fence's SQL destination only."""
+        store = getattr(self.destination, "store", None)
+        if store is None:
+            raise BadInput(f"Guard.read needs fence's SQL destination (Guard.open), not {type(self.destination).__name__}")
+        return store.one(query, params)
+
     # -- the recovery side -------------------------------------------------------------
     def recover(self, key: str, attempt_id: str) -> Decision:
         """Before a job whose lease ran out is retried: EXISTING (it is done) or UNUSED (retry it).
@@ -118,9 +144,13 @@ class GuardedAttempt:
     key: str
     attempt_id: str
     result: CommitResult | None = None
+    registered: AttemptState | None = None
+    """The registration's answer when it was made already (``Guard.attempt_if``): entering does not register again."""
 
     def __enter__(self) -> GuardedAttempt:
-        state = self.destination.register(self.attempt_id, self.key)
+        state, self.registered = self.registered, None
+        if state is None:
+            state = self.destination.register(self.attempt_id, self.key)
         if state is AttemptState.ABANDONED:
             raise Refused(
                 f"attempt {self.attempt_id} at {self.key!r} was abandoned by a recovery before it "

@@ -51,24 +51,36 @@ def _on(storage, policy, config=ONE) -> World:
     return World(policy, config, storage.destination_factory, storage.ledger_factory)
 
 
-def _row(storage, workflow_id: str) -> dict:
-    return storage.session.sys_db.get_workflow_status(workflow_id)
+@pytest.fixture(scope="module")
+def client(postgres_url, dbos_module):
+    """DBOS's own client on the targets' system database: how these tests read DBOS's answers."""
+    from dbos import DBOSClient
+
+    opened = DBOSClient(system_database_url=postgres_url, application_name="fence")
+    yield opened
+    opened.destroy()
+
+
+def _row(client, workflow_id: str) -> dict:
+    """A workflow's status as DBOS's client reports it."""
+    status = client.retrieve_workflow(workflow_id).get_status()
+    return {"status": status.status, "executor_id": status.executor_id, "recovery_attempts": status.recovery_attempts}
 
 
 # -- the protocol, read back from DBOS's tables --------------------------------------------------
-def test_a_claim_is_dboss_own_and_expires_only_with_its_executor(shipped):
+def test_a_claim_is_dboss_own_and_expires_only_with_its_executor(shipped, client):
     """A reserve is a claim under an executor and a token of its own; the lease runs out at the model's tick, not before."""
     ledger = _on(shipped, NAIVE).ledger
     first = ledger.reserve("job1", "job1#1", 0, 2)
-    row = _row(shipped, "job1")
+    row = _row(client, "job1")
     assert first.state.value == "reserved"
     assert (row["status"], row["executor_id"], row["recovery_attempts"]) == ("PENDING", "executor-job1/r1", 1)
     assert ledger.expired(1) == [] and [r.reservation_id for r in ledger.expired(2)] == ["job1/r1"]
     # DBOS's recovery of the dead executor puts the same workflow back; the next claim takes it again.
     assert ledger.apply("job1/r1", Move.EXPIRE_AND_RELEASE).state.value == "unused"
-    assert _row(shipped, "job1")["status"] == "ENQUEUED"
+    assert _row(client, "job1")["status"] == "ENQUEUED"
     assert ledger.reserve("job1", "job1#2", 2, 2).state.value == "reserved"
-    assert (_row(shipped, "job1")["executor_id"], _row(shipped, "job1")["recovery_attempts"]) == ("executor-job1/r2", 2)
+    assert (_row(client, "job1")["executor_id"], _row(client, "job1")["recovery_attempts"]) == ("executor-job1/r2", 2)
     # The retry's executor is alive: nothing more to recover, and a second recovery of the dead one touches nothing.
     assert ledger.expired(3) == []
     with pytest.raises(IllegalMove, match="not dead with it PENDING"):
@@ -85,14 +97,14 @@ def test_a_stale_workers_completion_is_refused_but_the_ticket_is_written_twice_a
     assert broken is not None and broken.message == "job1 was written 2 times"
 
 
-def test_as_shipped_a_failed_workflow_is_error_for_good(shipped):
+def test_as_shipped_a_failed_workflow_is_error_for_good(shipped, client):
     """DBOS's worker marks a workflow whose step raised ERROR at once, the step's error checkpointed
     (tests/test_targets_rows.py: where the model holds it for the janitor)."""
     world = _on(shipped, NAIVE, ONE_FAILING)
     for action in [Reserve("job1"), Fail("job1#1")]:
         world.apply(action)
-    assert _row(shipped, "job1")["status"] == "ERROR"
-    (step,) = shipped.session.sys_db.list_workflow_steps("job1")
+    assert _row(client, "job1")["status"] == "ERROR"
+    (step,) = client.list_workflow_steps("job1")
     assert step["function_id"] == 1 and isinstance(step["error"], RuntimeError)  # a rerun would replay the failure
 
 
@@ -105,14 +117,14 @@ FAILURE_AFTER_EFFECT = [
 ]
 
 
-def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_the_model(guarded):
+def test_guarded_a_failure_goes_to_the_guard_and_the_recovery_settles_it_like_the_model(guarded, client):
     """Guarded, DBOS's ERROR is never written: the failure is the guard's until the settle completes the workflow."""
     world, mirror = _on(guarded, GUARDED, ONE_FAILING), World(GUARDED, ONE_FAILING)
     assert replay_in_lockstep(FAILURE_AFTER_EFFECT[:5], world, mirror, same_story=without_refusal_reasons) is None
     assert world.trace[-1].sentence == "job1#1 fails after its effect landed and reports it: job1/r1 is outcome_unknown"
-    assert _row(guarded, "job1")["status"] == "PENDING" and world.reached["failure_after_effect"] == 1
+    assert _row(client, "job1")["status"] == "PENDING" and world.reached["failure_after_effect"] == 1
     assert replay_in_lockstep(FAILURE_AFTER_EFFECT[5:], world, mirror, same_story=without_refusal_reasons) is None
-    assert world.ledger.get("job1/r1").state.value == "confirmed_existing" and _row(guarded, "job1")["status"] == "SUCCESS"
+    assert world.ledger.get("job1/r1").state.value == "confirmed_existing" and _row(client, "job1")["status"] == "SUCCESS"
     # A second failure report of the same worker has nothing of its own left to act on.
     with pytest.raises(IllegalMove, match="guard's wrapper settles only a job its worker still holds"):
         world.ledger.fail("job1", "job1#1")

@@ -29,29 +29,32 @@ dbos_module, _, _ = system_fixtures("dbos")
 
 
 # -- what the FaithfulnessCheck is for: a copy that forgets something -------------------------
-def _forget_the_owner_tokens(module, monkeypatch):
-    """A load that writes every workflow back with no ownership token: a copy's claims are no longer its own."""
-    import json
+# Each mutation goes through the public target protocol (a ledger's load and snapshot, its reservations and
+# bookkeeping, DBOS's own table), not through the adapter's image or snapshot layout.
+def _forget_the_owner_tokens(module, monkeypatch, postgres_url):
+    """A load that leaves every workflow with no ownership token: a copy's claims are no longer its own."""
+    import psycopg
 
-    real = module.Session.load
+    connection = psycopg.connect(postgres_url, autocommit=True)
+    real = module.DbosLedger.load
 
     def tokenless(self, image):
-        workflows = [{**row, "owner_xid": None} for row in json.loads(image[0])]
-        real(self, (json.dumps(workflows),) + image[1:])
+        real(self, image)
+        connection.execute("UPDATE dbos.workflow_status SET owner_xid = NULL")
 
-    monkeypatch.setattr(module.Session, "load", tokenless)
+    monkeypatch.setattr(module.DbosLedger, "load", tokenless)
+    return connection.close
 
 
-def _snapshot_without_time(module, monkeypatch):
-    """A snapshot that drops when each claim was made and whether its executor is silent: when a lease runs out."""
-    real = module.DbosLedger.snapshot
-
+def _snapshot_without_time(module, monkeypatch, postgres_url):
+    """A snapshot of what the ledger answers, its bookkeeping and the server's image, but not when each claim was
+    made (a reservation's deadline): when a lease runs out."""
     def timeless(self):
-        workflows, steps, outputs, claims, *rest, _silent = real(self)
-        claims = tuple((c.reservation_id, c.key, c.owner, c.executor_id, c.token) for c in claims)
-        return (workflows, steps, outputs, claims, *rest)
+        answers = tuple((r.reservation_id, r.key, r.owner, r.state) for r in self.reservations())
+        return answers, self.bookkeeping(), self.image()
 
     monkeypatch.setattr(module.DbosLedger, "snapshot", timeless)
+    return lambda: None
 
 
 CAUGHT = {
@@ -64,12 +67,13 @@ CAUGHT = {
 @pytest.mark.parametrize("mutation", list(CAUGHT), ids=lambda mutation: mutation.__name__.strip("_"))
 def test_a_restore_or_snapshot_that_forgets_something_is_caught(mutation, dbos_module, postgres_url, monkeypatch):
     """Each mutation of the image or the snapshot stops the walk as unfaithful, instead of proving anything."""
-    mutation(dbos_module, monkeypatch)
+    undo = mutation(dbos_module, monkeypatch, postgres_url)
     row = CAUGHT[mutation]
     storage = TARGETS[row].open(postgres_url)
     try:
         found = explore_target(TARGETS[row], storage, TARGET_BOUND, faithfulness=FAITHFULNESS, time_budget=120)
     finally:
         storage.close()
+        undo()
     assert found.unfaithful is not None, "the walk trusted a copy that forgets something"
     assert found.outcome() is not Outcome.PROVED

@@ -69,8 +69,11 @@ def test_the_guarded_recovery_runs_the_retry_on_a_fresh_row(guarded):
     assert world.ledger._records()["job1/r1"].job.id != world.ledger._records()["job1/r2"].job.id
 
 
-def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pgqueuer_module):
-    """A stale job re-picked by a real QueueManager is recovered (its attempt abandoned, a fresh row run), and the stale commit is refused."""
+@pytest.mark.parametrize("picks_read", ["apart", "in the registration"])
+def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pgqueuer_module, picks_read):
+    """A stale job re-picked by a real QueueManager is recovered (its attempt abandoned, a fresh row run), and the stale
+    commit is refused: with the job's picks read apart, or in the registration's own statement (the guard's database
+    is pgqueuer's: ``log_in_guard_database``)."""
     import uuid
 
     import psycopg
@@ -96,6 +99,8 @@ def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pg
                 queue_manager_id=uuid.uuid4(), global_concurrency_limit=None,
                 heartbeat_timeout=timedelta(seconds=30))
             stale = guard.attempt("t1", targets.attempt_id(stale_job, 1)).__enter__()
+            log = await targets.log_in_guard_database(queries, guard) if picks_read != "apart" else None
+            assert (log is None) == (picks_read == "apart")
             await queries.driver.execute(f"UPDATE {names.queue_table} SET heartbeat = heartbeat - interval '10 minutes'")
 
             # pgqueuer's own queue manager, on a connection of its own, runs the guarded entrypoint. The
@@ -106,7 +111,7 @@ def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pg
 
                 @manager.entrypoint("send_ticket")
                 async def send_ticket(job) -> None:
-                    attempt = await targets.guarded_attempt(queries, guard, job)
+                    attempt = await targets.guarded_attempt(queries, guard, job, log)
                     ran.append((job.id, attempt is not None))
                     if attempt is None:
                         return  # a stale re-pick: recovered, not run
@@ -128,6 +133,59 @@ def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pg
         the_stale_commit_is_refused(stale, guard, f"t1@{stale_job.id + 1}.1")
     finally:
         guard.close()
+
+
+def test_the_picks_are_read_in_the_registration_only_where_the_guards_database_is_pgqueuers(
+        postgres_url, pgqueuer_module, tmp_path):
+    """log_in_guard_database names pgqueuer's log for a guard on pgqueuer's database, and None for a guard elsewhere;
+    the one statement registers a first pick's attempt only, and a re-pick's registers nothing."""
+    import uuid
+
+    import psycopg
+    from pgqueuer import Queries
+    from pgqueuer.queries import EntrypointExecutionParameter
+
+    from fence.guard import Guard
+
+    targets = pgqueuer_module
+    same, elsewhere = Guard.open(postgres_url, namespace="fence_guard_test_pgqueuer_picks"), \
+        Guard.open(f"sqlite://{tmp_path}/guard.db")
+    same.destination.store.reset()
+
+    async def story():
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as connection:
+            queries = Queries.from_psycopg_connection(connection)
+            names = await _emptied_queue(targets, queries)
+            log = await targets.log_in_guard_database(queries, same)
+            assert await targets.log_in_guard_database(queries, elsewhere) is None
+            await targets.enqueue_keyed(queries, "send_ticket", b"hello", "t1")
+
+            async def pick():
+                (job,) = await queries.dequeue(
+                    batch_size=1, entrypoints={"send_ticket": EntrypointExecutionParameter(concurrency_limit=0)},
+                    queue_manager_id=uuid.uuid4(), global_concurrency_limit=None,
+                    heartbeat_timeout=timedelta(seconds=30))
+                return job
+
+            first = await pick()
+            row, attempt = same.attempt_if("t1", targets.attempt_id(first, 1), targets.PICKS.format(log=log), (first.id,))
+            await queries.driver.execute(f"UPDATE {names.queue_table} SET heartbeat = heartbeat - interval '10 minutes'")
+            again = await pick()
+            row_again, none = same.attempt_if("t1", "t1@never", targets.PICKS.format(log=log), (again.id,))
+            return log, names, row, attempt, row_again, none
+
+    try:
+        log, names, row, attempt, row_again, none = asyncio.run(story())
+        assert log.endswith(f".{names.queue_table_log}")
+        assert row == (True, 1) and attempt.registered is not None and attempt.registered.value == "in_flight"
+        assert row_again == (False, 2) and none is None
+        assert same.destination.attempt_state("t1@never") is None  # nothing registered for the re-pick
+        with attempt:
+            attempt.commit("hello")
+        assert [(e.key, e.attempt_id) for e in same.destination.effects()] == [("t1", "t1@1.1")]
+    finally:
+        same.close()
+        elsewhere.close()
 
 
 # -- the worker's failure path: what pgqueuer's queue manager logs when an entrypoint raises -----

@@ -249,6 +249,11 @@ class SqlLedger:
 
 
 # -- the destination ---------------------------------------------------------------------
+_REGISTER = ("INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
+             "DO UPDATE SET state = fence_attempts.state RETURNING state")
+"""An attempt's registration: in flight if unseen, else what is there, the state returned."""
+
+
 class SqlDestination:
     """fence.Destination on a SQL store: effects with a UNIQUE fence, and an attempts witness."""
 
@@ -264,12 +269,41 @@ class SqlDestination:
         if not self.guards.witness:
             return None
         # Upsert that keeps what is there: one statement, and it returns the state.
-        (state,) = self.store.one_alone(
-            "INSERT INTO fence_attempts (attempt_id, state) VALUES (?, ?) ON CONFLICT (attempt_id) "
-            "DO UPDATE SET state = fence_attempts.state RETURNING state",
-            (attempt_id, AttemptState.IN_FLIGHT.value),
-        )
+        (state,) = self.store.one_alone(_REGISTER, (attempt_id, AttemptState.IN_FLIGHT.value))
         return AttemptState(state)
+
+    def register_if(self, attempt_id: str, query: str, params: tuple = ()) -> tuple[tuple, AttemptState | None]:
+        """A read of the caller's and ``register(attempt_id)``, made only if the read says so, in one round trip.
+
+        ``query`` is one SELECT of one row on this database (``?`` placeholders
+        for ``params``) whose first column, named ``register``, says whether to
+        register. Returns the row and the registration's state (None: not
+        registered). PostgreSQL: one statement, the registration a data-modifying
+        CTE after the read (the same upsert as ``register``); SQLite: both in
+        one write transaction. For a queue whose attempt is named by what its own
+        tables hold (pgqueuer's picks of a row): no round trip of its own to read it.
+        """
+        if not self.guards.witness:
+            raise WitnessRequired("register_if needs a destination with the witness guard on")
+        if self.store.dialect is POSTGRES:
+            row = self.store.one_alone(
+                f"WITH asked AS ({query}), registered AS ("
+                "INSERT INTO fence_attempts (attempt_id, state) SELECT ?, ? FROM asked WHERE asked.register "
+                "ON CONFLICT (attempt_id) DO UPDATE SET state = fence_attempts.state RETURNING state) "
+                "SELECT asked.*, (SELECT state FROM registered) FROM asked",
+                (*params, attempt_id, AttemptState.IN_FLIGHT.value),
+            )
+            if row is None:
+                raise BackendError(f"register_if: the read returned no row: {query}")
+            return tuple(row[:-1]), None if row[-1] is None else AttemptState(row[-1])
+        with self.store.write():
+            row = self.store.one(query, params)
+            if row is None:
+                raise BackendError(f"register_if: the read returned no row: {query}")
+            if not row[0]:
+                return tuple(row), None
+            (state,) = self.store.one(_REGISTER, (attempt_id, AttemptState.IN_FLIGHT.value))
+            return tuple(row), AttemptState(state)
 
     def _first_payload(self, key: str) -> str | None:
         row = self.store.one("SELECT payload FROM fence_effects WHERE key = ? ORDER BY seq LIMIT 1", (key,))

@@ -11,8 +11,10 @@ queues write there too):
 * **unguarded**: a plain ``INSERT`` of the key, the attempt and a payload;
 * **guarded**: ``guard.attempt(key, attempt_id)`` and ``commit(payload)``
   through the recipe of ``fence.targets.<queue>`` (its attempt ids; pgqueuer's
-  ``guarded_attempt`` and arq's ``guarded_task``, which read the job's pick or
-  try first; DBOS's step names its attempt by its claim's token, read from DBOS's context).
+  ``guarded_attempt``, which reads the job's picks in the registration's own
+  statement, the guard's database being pgqueuer's; arq's ``guarded_task``,
+  which reads the job's try first; DBOS's step names its attempt by its claim's
+  token, read from DBOS's context).
 
 ``--work-ms MS``: each task of both modes first works MS milliseconds (a
 sleep), recorded apart (guard-cost-work-MSms.txt); the default record is the
@@ -342,8 +344,9 @@ def guard(queues: Sequence[str], workers: int, jobs: int, repeat: int, given: di
         "#   fence.guard's attempt (1 statement: the attempt's upsert) and commit (1 statement: the attempt in flight ->",
         "#   committed and the fenced INSERT; only a refused commit runs the judged transaction that reads the key's",
         "#   first payload), schema fence_bench_guard, one connection per worker thread. The recipes' own reads,",
-        "#   guarded only: pgqueuer's guarded_attempt reads the job's picks from pgqueuer's log (an await on its",
-        "#   connection); DBOS's step names its attempt from DBOS's context (its claim's token), reading nothing",
+        "#   guarded only: pgqueuer's guarded_attempt reads the job's picks from pgqueuer's log in the attempt's",
+        "#   registration statement (Guard.attempt_if: the guard's database is pgqueuer's, checked once per worker),",
+        "#   no statement of its own; DBOS's step names its attempt from DBOS's context (its claim's token), reading nothing",
         (f"# task work: {work_ms:g} ms before the effect in both modes (time.sleep in a sync worker, asyncio.sleep in"
          " pgqueuer's and arq's): a task that does something besides its write" if work_ms else
          "# task work: none (the cheapest task: its write alone, so the guard's round trips are the largest fraction"

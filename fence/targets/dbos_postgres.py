@@ -1,110 +1,40 @@
 """DBOS (dbos-transact-py) on PostgreSQL as a fence target: its workflow table is the ledger.
 
-Theory of operation
--------------------
-A job is a DBOS workflow whose id is its key, on a queue of its own
-(``DBOSClient.enqueue``), with one step that writes the ticket. Each ledger
-move (``fence.targets.protocol``) is the system-database call DBOS's worker or
-recovery makes: a reserve is a claim (``start_queued_workflows``: ENQUEUED to
-PENDING under a fresh executor and ownership token, ``owner_xid``); a confirm
-or failure the step's checkpoint and ``update_workflow_outcome`` (SUCCESS, or
-ERROR, which is final), both owner-checked. DBOS keeps no lease: a recovery
-service (Conductor, an operator) declares an executor dead and calls
-``recover_pending_workflows`` (``reenqueue_for_recovery``: back to ENQUEUED).
-fence plays that service: an executor is dead once a lease has passed since
-its claim, in model ticks (nothing on the server is compared with a clock on
-this path, so nothing there moves); the retry is the next claim of the row.
-
-Guarded: the step commits through ``guard.attempt(key, running_attempt_id())``, and
-``recover_dead_executor`` runs instead of DBOS's recovery: abandon the run
-unless it committed, then SUCCESS under the dead claim's token, or re-enqueue.
-The rerun's fresh token makes DBOS itself refuse the stale worker's writes.
+A job is a DBOS workflow whose id is its key, on a queue of its own, with one
+step that writes the ticket; each move is the system-database call DBOS's
+worker or recovery makes, and fence plays the recovery service that declares
+an executor dead once a lease has passed since its claim (nothing on the
+server is moved). The table of moves, and why the shipped row writes twice:
+docs/explanation/queues.md, "DBOS". The guard's recovery, as a user runs it,
+is ``fence.targets.dbos_recovery``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from importlib.metadata import version
 
-from dbos import DBOS, DBOSClient
-from dbos._context import current_owner_xid
+import psycopg
+from dbos import DBOSClient
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._serialization import serialize_exception, serialize_value
-from dbos._utils import INTERNAL_QUEUE_NAME
+from psycopg.rows import dict_row
 
-from fence import BadInput, Decision
-from fence.guard import Guard
+from fence.targets.dbos_recovery import (  # the recipe, importable from here as before
+    APP, INTERNAL_QUEUE_NAME, attempt_id, recover_dead_executor, running_attempt_id, serialized,
+)
+from fence.targets.images import PostgresSession, PostgresTables
 from fence.targets.protocol import (
-    BackendError, IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger, TargetStorage,
-    refused_unless,
+    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
 """Nominal: a tick stands for a minute of an executor's silence; nothing on the server is moved."""
-APP = "fence"
-"""The application name and version every claim and recovery names."""
 TASK_NAME, STEP = "fence_ticket", "write_ticket"
 TABLES = ("workflow_status", "workflow_input", "operation_outputs", "workflow_output")
 """DBOS's tables a world writes, in the order a load inserts them (a step's workflow first)."""
 S = ReservationState
 ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
 """What of a workflow decides an answer here; its instants decide none."""
-
-
-def attempt_id(workflow_id: str, owner_xid: str) -> str:
-    """One run's identity for the guard: the workflow and the ownership token its claim wrote (``owner_xid``).
-
-    DBOS writes a fresh token at every claim of a workflow (a queue's dequeue, a
-    direct start; recovery, resume and rewind re-enqueue it for one), so a
-    resumed run never takes an abandoned run's identity. One token serves a
-    whole dequeue batch: hence the workflow id with it. The running workflow
-    keeps its token in DBOS's context (``running_attempt_id``: no database
-    read per step); the recovery reads it from the row.
-    """
-    return f"{workflow_id}@{owner_xid}"
-
-
-def running_attempt_id() -> str:
-    """In a workflow or step DBOS runs: ``attempt_id`` of this run, from DBOS's context (nothing read from the database)."""
-    workflow_id = DBOS.workflow_id
-    if workflow_id is None:
-        raise BadInput("running_attempt_id() names a run of a DBOS workflow: call it in a step or workflow DBOS runs")
-    return attempt_id(workflow_id, current_owner_xid(workflow_id))
-
-
-def recover_dead_executor(
-    client: DBOSClient, guard: Guard, executor_id: str, *, app_version: str = APP,
-) -> list[tuple[str, Decision]]:
-    """DBOS's recovery of a dead executor with fence's guard: what to call instead of ``recover_pending_workflows``.
-
-    For each workflow PENDING on ``executor_id``: abandon its run unless it
-    committed, then mark it SUCCESS (under the dead claim's token) or re-enqueue
-    it for a fresh claim. A workflow its worker finished meanwhile is left alone.
-    A dead executor's id must not be reused while its recovery runs (Conductor's
-    are unique): the run abandoned is the one on that executor. ``app_version``
-    is the dead executor's application version, as DBOS's recovery names it.
-    """
-    sys_db, settled = client._sys_db, []
-    for pending in sys_db.get_pending_workflows(executor_id, app_version):
-        workflow_id = pending.workflow_id
-        # The token first: a claim since would have moved the row off the dead executor, so a row still
-        # PENDING on it after this read holds the dead run's token.
-        token, status = sys_db.get_workflow_owner(workflow_id), sys_db.get_workflow_status(workflow_id)
-        if status is None or (status["status"], status["executor_id"]) != ("PENDING", executor_id):
-            continue  # finished, or recovered and claimed by a live executor meanwhile: not the dead run's
-        decision = guard.recover(workflow_id, attempt_id(workflow_id, token))
-        if decision is Decision.EXISTING:
-            done = sys_db.update_workflow_outcome(workflow_id, "SUCCESS", output=_value(sys_db, None), owner_xid=token)
-        else:
-            done = sys_db.reenqueue_for_recovery(workflow_id, [executor_id], INTERNAL_QUEUE_NAME)
-        if done:
-            settled.append((workflow_id, decision))
-    return settled
-
-
-def _value(sys_db, value) -> str:
-    return serialize_value(value, None, sys_db.serializer)[0]
 
 
 @dataclass(frozen=True)
@@ -212,7 +142,7 @@ class DbosLedger(TargetLedger):
         else:
             self._writing()
             sys_db = self._session.sys_db
-            refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=_value(sys_db, claim.key),
+            refused_unless(sys_db.update_workflow_outcome(claim.key, "SUCCESS", output=serialized(sys_db, claim.key),
                                                           owner_xid=claim.token),
                            f"{move.value} on {claim.reservation_id}: the workflow is no longer PENDING under its claim")
             self._finished(claim.key, move)
@@ -221,7 +151,7 @@ class DbosLedger(TargetLedger):
     def snapshot(self) -> tuple:
         """The workflows as far as they decide an answer (``ROW``), which steps are checkpointed (output or
         error), which outcomes stored, and fence's own records; DBOS's instants and serialized values left out."""
-        workflows, _, steps, outputs = (json.loads(text) for text in self.image())
+        workflows, _, steps, outputs = self.image().rows
         claims = tuple(self._records().values())
         return (tuple(sorted((w["workflow_uuid"],) + tuple(w[k] for k in ROW) for w in workflows)),
                 tuple(sorted((s["workflow_uuid"], s["function_id"], s["error"] is None) for s in steps)),
@@ -229,20 +159,37 @@ class DbosLedger(TargetLedger):
                 claims, self.bookkeeping(), tuple(self._silent(c) for c in claims))
 
 
-class Session:
-    """One DBOSClient on the system database (schema ``dbos``, migrated once), and the tables' image."""
+class Session(PostgresSession):
+    """A DBOSClient on the system database (schema ``dbos``, migrated once); the image on a connection of its own."""
 
-    def __init__(self, url: str) -> None:
+    SYSTEM = "dbos"
+
+    def open_library(self, url: str) -> PostgresTables:
+        self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
         try:
-            self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
-        except Exception as error:
-            raise BackendError(f"{url}: cannot open DBOS's system database there ({error})") from None
-        self.sys_db = self.client._sys_db
-        with self.sys_db.engine.begin() as connection:
-            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
-            self.sys_db.run_migrations()
+            self.sys_db = self.client._sys_db
+            with self.sys_db.engine.begin() as connection:
+                connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
+                self.sys_db.run_migrations()
+            self.connection = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+        except Exception:
+            self.client.destroy()
+            raise
         self.queues: dict = {}
-        self.restorer = Restorer()
+        tables = tuple(f"dbos.{table}" for table in TABLES)
+        return PostgresTables(tables, TIME, cascade=True, ordered_by={table: "t::text" for table in tables})
+
+    async def execute(self, script: str) -> None:
+        self.connection.execute(script)
+
+    async def fetch(self, query: str) -> list:
+        return self.connection.execute(query).fetchall()
+
+    def close_library(self) -> None:
+        try:
+            self.client.destroy()
+        finally:
+            self.connection.close()
 
     def queue(self, name: str):
         """The key's queue (configuration, not state: registered once, kept across worlds)."""
@@ -253,39 +200,7 @@ class Session:
         return self.queues[name]
 
     def workflows(self) -> list[dict]:
-        with self.sys_db.engine.connect() as connection:
-            return [dict(r._mapping) for r in connection.exec_driver_sql(
-                "SELECT workflow_uuid, status, executor_id, owner_xid FROM dbos.workflow_status")]
-
-    def dump(self) -> tuple[str, ...]:
-        """Each table's rows as JSON text, in a fixed order (the image the explorer copies a world by)."""
-        with self.sys_db.engine.connect() as connection:
-            return tuple(connection.exec_driver_sql(self._dump).one())
-
-    def load(self, image: tuple[str, ...]) -> None:
-        with self.sys_db.engine.begin() as connection:
-            for table in reversed(TABLES):  # DELETE, not TRUNCATE: a copy's load is cheap on tables this small
-                connection.exec_driver_sql(f"DELETE FROM dbos.{table}")
-            for table, rows in zip(TABLES, image):
-                connection.exec_driver_sql(f"INSERT INTO dbos.{table} SELECT * FROM "
-                                           f"json_populate_recordset(NULL::dbos.{table}, %s::json)", (rows,))
-
-    _dump = "SELECT " + ", ".join(f"(SELECT coalesce(json_agg(t ORDER BY t::text), '[]') FROM dbos.{t} t)::text"
-                                  for t in TABLES)
-    _empty = "TRUNCATE " + ", ".join(f"dbos.{t}" for t in TABLES) + " CASCADE"
-
-    def empty(self) -> None:
-        self.restorer.release()
-        with self.sys_db.engine.begin() as connection:
-            connection.exec_driver_sql(self._empty)
-
-    def versions(self) -> dict[str, str]:
-        with self.sys_db.engine.connect() as connection:
-            server = connection.exec_driver_sql("SHOW server_version").scalar()
-        return {"dbos": version("dbos"), "postgresql": server}
-
-    def close(self) -> None:
-        self.client.destroy()
+        return self.run(self.fetch("SELECT workflow_uuid, status, executor_id, owner_xid FROM dbos.workflow_status"))
 
 
 class DbosStorage(TargetStorage):
@@ -295,4 +210,4 @@ class DbosStorage(TargetStorage):
     LEDGER, SESSION, WHAT, URL_SCHEMES = DbosLedger, Session, "a DBOS target", ("postgresql://", "postgres://")
 
 
-__all__ = ["DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor", "running_attempt_id"]
+__all__ = ["APP", "DbosLedger", "DbosStorage", "attempt_id", "recover_dead_executor", "running_attempt_id"]

@@ -99,8 +99,8 @@ from pgqueuer.queries import EntrypointExecutionParameter
 
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.pgqueuer_recovery import (  # the recipe, importable from here as before
-    KEY_HEADER, attempt_id, complete, enqueue_keyed, ensure_schema, fail_job, guarded_attempt, key_of, log_statuses,
-    picks_of, recover_repick, settle_existing, settle_failure, settle_unused,
+    KEY_HEADER, PICKS, attempt_id, complete, enqueue_keyed, ensure_schema, fail_job, guarded_attempt, key_of,
+    log_in_guard_database, log_statuses, picks_of, recover_repick, settle_existing, settle_failure, settle_unused,
 )
 from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
 
@@ -374,7 +374,8 @@ class PgqueuerStorage(TargetStorage):
 
 
 __all__ = [
-    "KEY_HEADER", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
-    "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt", "heartbeat_timeout", "key_of", "log_statuses", "picks_of",
+    "KEY_HEADER", "PICKS", "TICK_SECONDS", "PgqueuerLedger", "PgqueuerStorage", "attempt_id", "complete",
+    "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt", "heartbeat_timeout", "key_of",
+    "log_in_guard_database", "log_statuses", "picks_of",
     "recover_repick", "settle_failure", "settle_existing", "settle_unused",
 ]

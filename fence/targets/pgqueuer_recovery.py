@@ -8,6 +8,9 @@ guarded entrypoint enqueues with ``enqueue_keyed`` and starts with
 abandons every earlier attempt unless one committed, then logs the row
 successful, or as an exception with a fresh row for the retry, so that a stale
 ``log_jobs`` meets no row. ``settle_failure`` is the entrypoint's ``except``.
+Where the guard's database is pgqueuer's (``log_in_guard_database``, checked
+once at a worker's start), the picks are read in the registration's own
+statement: a first pick then costs the guard's two round trips, no third.
 
 ``fence.targets.pgqueuer`` drives pgqueuer through fence's protocol and uses
 these same calls for its guarded row.
@@ -153,7 +156,41 @@ async def recover_repick(queries: Queries, guard: Guard, job: Job, pick: int) ->
     return decision
 
 
-async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAttempt | None:
+PICKS = "SELECT count(*) = 1 AS register, count(*) AS picks FROM {log} WHERE job_id = ? AND status = 'picked'"
+"""``picks_of`` as the guard's read (``Guard.attempt_if``): a first pick registers its attempt in the same statement."""
+
+
+async def log_in_guard_database(queries: Queries, guard: Guard) -> str | None:
+    """pgqueuer's log table as the guard's connection names it (with its schema) when the guard's database is
+    pgqueuer's, else None: check it once, at a worker's start, and hand it to ``guarded_attempt``.
+
+    The same database is the same backend seen from both sides: pgqueuer's
+    connection names its backend (pid and start) and its database, and the
+    guard's connection must find that backend in ``pg_stat_activity`` on its
+    own database. A guard whose role may not read another role's backend start
+    (no ``pg_read_all_stats``) gets None, and the picks are read apart.
+    """
+    store = getattr(guard.destination, "store", None)
+    if store is None or store.dialect.name != "postgresql":
+        return None
+    (ours,) = await queries.driver.fetch(
+        "SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) AS log, current_database() AS database, "
+        "pg_backend_pid() AS pid, (SELECT (extract(epoch FROM backend_start) * 1000000)::bigint "
+        "FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS since "
+        "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass($1)",
+        queries.qbe.settings.qualified.queue_table_log,
+    ) or [None]
+    if ours is None or ours["since"] is None:
+        return None
+    (seen,) = guard.read(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = ? AND datname = ? "
+        "AND (extract(epoch FROM backend_start) * 1000000)::bigint = ?) AND current_database() = ?",
+        (ours["pid"], ours["database"], ours["since"], ours["database"]),
+    )
+    return ours["log"] if seen else None
+
+
+async def guarded_attempt(queries: Queries, guard: Guard, job: Job, log: str | None = None) -> GuardedAttempt | None:
     """What a pgqueuer entrypoint calls first: its guarded attempt, or None when this run was a recovery.
 
     pgqueuer's dequeue re-picks a stale job on the same row and cannot be told
@@ -165,7 +202,20 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
     Any second pick of a row is recovered this way, including a job the task
     retried with ``RetryRequested`` (``retry_job`` re-queues the same row): it
     too runs again on a fresh row, with its delay and attempt count dropped.
+
+    With ``log`` (``log_in_guard_database``: the guard's database is
+    pgqueuer's) the picks are read in the registration's own statement
+    (``Guard.attempt_if``): a first pick costs the guard's two round trips and
+    no more. The attempt it returns is registered already.
     """
+    if log is not None:
+        (_, pick), attempt = guard.attempt_if(key_of(job), attempt_id(job, 1), PICKS.format(log=log), (job.id,))
+        if attempt is not None:
+            return attempt
+        if pick == 0:  # not in pgqueuer's log at all: as the read apart does, an attempt named pick 0
+            return guard.attempt(key_of(job), attempt_id(job, 0))
+        await recover_repick(queries, guard, job, pick)
+        return None
     pick = await picks_of(queries, job)
     if pick > 1:
         await recover_repick(queries, guard, job, pick)
@@ -174,6 +224,6 @@ async def guarded_attempt(queries: Queries, guard: Guard, job: Job) -> GuardedAt
 
 
 __all__ = [
-    "KEY_HEADER", "attempt_id", "complete", "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt", "key_of",
-    "log_statuses", "picks_of", "recover_repick", "settle_existing", "settle_failure", "settle_unused",
+    "KEY_HEADER", "PICKS", "attempt_id", "complete", "enqueue_keyed", "ensure_schema", "fail_job", "guarded_attempt",
+    "key_of", "log_in_guard_database", "log_statuses", "picks_of", "recover_repick", "settle_existing", "settle_failure", "settle_unused",
 ]

@@ -50,12 +50,16 @@ class PostgresTables:
     is GENERATED ALWAYS (inserted with ``OVERRIDING SYSTEM VALUE``);
     ``refilled_by_triggers`` the tables an insert into an earlier table writes
     to (emptied again just before their own rows go in); ``cascade`` truncates
-    with CASCADE when emptying.
+    with CASCADE when emptying; ``ordered_by`` names, per table keyed by
+    something other than an ``id`` column (DBOS's by a workflow id), the
+    ``ORDER BY`` of its rows over the alias ``t``: such a table has no id
+    sequence to keep.
     """
 
     def __init__(
         self, tables: Iterable[str], time: ModelTime, *, timed: Mapping[str, Mapping[str, str]] | None = None,
         identity: Iterable[str] = (), refilled_by_triggers: Iterable[str] = (), cascade: bool = False,
+        ordered_by: Mapping[str, str] | None = None,
     ) -> None:
         self.tables = tuple(tables)
         self.time = time
@@ -63,11 +67,16 @@ class PostgresTables:
         self.identity = frozenset(identity)
         self.refilled = frozenset(refilled_by_triggers)
         self.cascade = cascade
+        self.ordered_by = dict(ordered_by or {})
 
     def sequences_query(self) -> str:
         """One statement: each table's id sequence (``name``, ``sequence``), and the setting a load needs."""
         names = ", ".join(literal(table) for table in self.tables)
-        return ("SELECT t AS name, pg_get_serial_sequence(t, 'id') AS sequence, "
+        sequence = "pg_get_serial_sequence(t, 'id')"
+        if self.ordered_by:  # only the tables keyed by an id have its sequence
+            keyed = [literal(table) for table in self.tables if table not in self.ordered_by]
+            sequence = f"CASE WHEN t IN ({', '.join(keyed)}) THEN {sequence} END" if keyed else "NULL::text"
+        return (f"SELECT t AS name, {sequence} AS sequence, "
                 "current_setting('standard_conforming_strings') AS conforming "
                 f"FROM unnest(ARRAY[{names}]::text[]) t")
 
@@ -99,8 +108,10 @@ class PostgresTables:
                 ticks = ", ".join(f"'{field}', {self.time.sql_ticks_ago(f't.{column}')}"
                                   for column, field in columns.items())
                 row = f"(to_jsonb(t) - {' - '.join(literal(c) for c in columns)}) || jsonb_build_object({ticks})"
-            parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY t.id), '[]') FROM {table} t)::text AS t{number}")
-        states = ", ".join(f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[t]})" for t in self.tables)
+            order = self.ordered_by.get(table, "t.id")
+            parts.append(f"(SELECT coalesce(jsonb_agg({row} ORDER BY {order}), '[]') FROM {table} t)::text AS t{number}")
+        states = ", ".join(f"(SELECT jsonb_build_array(last_value, is_called) FROM {sequences[t]})"
+                           if sequences[t] is not None else "'null'::jsonb" for t in self.tables)
         return f"SELECT {', '.join(parts)}, jsonb_build_array({states})::text AS sequences"
 
     def image_from(self, row: Mapping) -> SchemaImage:
@@ -125,11 +136,12 @@ class PostgresTables:
                 statements.append(f"DELETE FROM {table}")  # what the inserts before wrote through triggers
             overriding = " OVERRIDING SYSTEM VALUE" if table in self.identity else ""
             statements.append(f"INSERT INTO {table}{overriding} SELECT * FROM jsonb_populate_recordset(NULL::{table}, {rows})")
-        states = json.loads(image.sequences)
-        statements.append("SELECT " + ", ".join(
-            f"setval({literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
-            for table, (last, called) in zip(self.tables, states)
-        ))
+        kept = [(table, state) for table, state in zip(self.tables, json.loads(image.sequences)) if state is not None]
+        if kept:
+            statements.append("SELECT " + ", ".join(
+                f"setval({literal(sequences[table])}, {int(last)}, {'true' if called else 'false'})"
+                for table, (last, called) in kept
+            ))
         statements.append("COMMIT")
         return ";\n".join(statements)
 
