@@ -44,10 +44,10 @@ Writing a target of your own needs only this package's public modules:
 
 (Both import their parts from ``ledger``, ``storage``, ``model_time``,
 ``redis_image`` and ``postgres_image``: import from the two above.) The
-guard's recovery for celery, pgqueuer, dramatiq and arq, as a user runs it
-beside the workers, is in ``celery_recovery``, ``pgqueuer_recovery``,
-``dramatiq_recovery`` and ``arq_recovery``; the other adapters keep theirs in
-their own module.
+guard's recovery for celery, pgqueuer, dramatiq, arq and DBOS, as a user runs
+it beside the workers, is in ``celery_recovery``, ``pgqueuer_recovery``,
+``dramatiq_recovery``, ``arq_recovery`` and ``dbos_recovery``; procrastinate's
+is in its own module.
 
 ``examples/redis_job_list.py`` is such a target, outside fence, in about a
 hundred lines; ``fence.testing.check_target`` runs your ``Target`` as it runs a
