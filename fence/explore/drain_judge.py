@@ -198,15 +198,11 @@ class DrainJudge:
         # on the way ends the first half where this one does. Such a state is
         # often another explored state (this one's child by that delivery).
         while drained.network:
-            if own_missed is not None:  # the state itself: ``lookup`` missed on its key
-                key, own_missed = own_missed, None
-                self._check_key(key, drained, self.FIRST_ROUND_DELIVERING, fingerprint)
-            else:
-                key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
-                                                   self.FIRST_ROUND_DELIVERING, fingerprint)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    break
+            # The state itself: ``lookup`` missed on its key already; the states after it are looked up.
+            key, answer = self._key_and_answer(own_missed, drained, self.FIRST_ROUND_DELIVERING, fingerprint)
+            own_missed = None
+            if answer is not None:
+                break
             seen.append(key)
             drained._drain_deliver_next()
         if answer is not None:
@@ -225,19 +221,14 @@ class DrainJudge:
         if len(drained.trace) > steps:
             if learn is not None:
                 self._learn_halves(learn, drained, steps)
-            if known is not None and known.halfway is not None:
-                # ``lookup`` composed this key from the jobs' first halves and missed on it;
-                # the memo has gained nothing since (the deliveries above found no answer).
-                key = known.halfway
-                self._check_key(key, drained, self.FIRST_ROUND_HALFWAY, fingerprint)
-            else:
-                key = self.first_round_fingerprint(self.first_round_key(state_key(drained)),
-                                                   self.FIRST_ROUND_HALFWAY, fingerprint)
-                answer = self.memo.get(key)
-                if answer is not None:
-                    for key in seen:
-                        self.memo[key] = answer
-                    return answer
+            # ``lookup`` may have composed this key from the jobs' first halves and missed on it;
+            # the memo has gained nothing since (the deliveries above found no answer).
+            halfway = known.halfway if known is not None else None
+            key, answer = self._key_and_answer(halfway, drained, self.FIRST_ROUND_HALFWAY, fingerprint)
+            if answer is not None:
+                for key in seen:
+                    self.memo[key] = answer
+                return answer
             seen.append(key)
             drained._drain_clock_and_janitors()
             # The first half took a step, so this round is no fixed point; checked
@@ -267,6 +258,18 @@ class DrainJudge:
         for key in seen:
             self.memo[key] = answer
         return answer
+
+    def _key_and_answer(self, missed: int | None, drained: World, tag: str, fingerprint) -> tuple[int, tuple | None]:
+        """The memo key of ``drained`` at ``tag`` and the memo's answer for it.
+
+        ``missed`` is the key ``lookup`` composed and missed on, if it did: it is
+        not made or looked up again, only checked (``_check_key``) when memo checks are on.
+        """
+        if missed is not None:
+            self._check_key(missed, drained, tag, fingerprint)
+            return missed, None
+        key = self.first_round_fingerprint(self.first_round_key(state_key(drained)), tag, fingerprint)
+        return key, self.memo.get(key)
 
     def _check_key(self, key: int, drained: World, tag: str, fingerprint) -> None:
         """With memo checks on, ``key`` (as ``lookup`` gave it) must be the one ``drained``'s own state key gives."""
