@@ -385,7 +385,6 @@ class Session(RedisSession):
         super().__init__(url, TIME, timestamps=(UNACKED_INDEX,))
         self._connections: dict[float | None, kombu.Connection] = {}
         self._channels: list = []
-        self._workers: dict[str, object] = {}
         self._janitors: dict[float, object] = {}
         try:
             self.app = make_app(url, visibility_timeout=visibility_timeout)
@@ -413,8 +412,8 @@ class Session(RedisSession):
         self._channels.append(channel)
         return channel
 
-    def worker(self, reservation_id: str):
-        """The worker channel that takes a reservation's message, one per reservation id.
+    def new_worker(self):
+        """A worker channel, for ``RedisSession.worker``'s one per reservation id.
 
         Every world (and every copy of one) that makes reservation ``job1/r2``
         takes it on the same channel: kombu's Redis transport keeps nothing on
@@ -423,9 +422,7 @@ class Session(RedisSession):
         fence's channels never restore at close), so a channel per reservation
         is a worker per attempt, and copies need no channels of their own.
         """
-        if reservation_id not in self._workers:
-            self._workers[reservation_id] = self.channel()
-        return self._workers[reservation_id]
+        return self.channel()
 
     def janitor(self, visibility_timeout: float):
         """The janitor's channel, whose restore_visible uses ``visibility_timeout`` (one per timeout)."""
