@@ -22,33 +22,25 @@ from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 from fence.targets.arq_recovery import TASK_NAME, attempt_id, fresh_job_id, guarded_task  # the recipe
 from fence.targets.images import RedisImage, RedisSession
 from fence.targets.protocol import (
-    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
+    IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
 
 
 @dataclass(frozen=True)
-class Pick:
-    reservation_id: str
-    key: str
-    owner: str
+class Pick(Taken):
     job_id: str
-    deadline: float
 
 
 class ArqLedger(TargetLedger):
     JOB, JANITOR, GUARD_CATCHES_FAILURES = "job_id", "arq's janitor", True
+    STATE = ("_job_of", "_released")
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        super().__init__(session, capacity, guarded=guarded)
         self._job_of: dict[str, str] = {}  # key -> the job id that runs it now
         self._released: set[str] = set()  # as shipped: picks whose in-progress key expired, for a re-pick
-        self._restoring(session.restorer)
-
-    def snapshot(self) -> tuple:
-        return (tuple(self._records().values()), self._session.database.snapshot(canonical_image(self.image()), self._now),
-                tuple(sorted(self._job_of.items())), tuple(sorted(self._released)), self.bookkeeping())
 
     def _queued(self, job_id: str) -> bool:
         self._reading()
@@ -83,7 +75,7 @@ class ArqLedger(TargetLedger):
                               "the guard's recovery (the janitor's expire_and_hold), not the task")
         refused_unless(self._start(job_id), f"reserve {key!r} for {owner!r}: arq's start_jobs did not pick job "
                        f"{job_id} (finished, or another worker's in-progress key holds it)")
-        return Pick(reservation_id, key, owner, job_id, deadline)
+        return Pick(reservation_id, key, owner, deadline, job_id)
 
     def _finish(self, job_id: str, move: Move, success: bool) -> None:
         self._moved(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
@@ -110,21 +102,22 @@ class ArqLedger(TargetLedger):
             self._enqueue(pick.key, fresh_job_id(pick.job_id))
         self._failures_caught.discard(pick.reservation_id)
 
+    def _canonical(self, image: RedisImage) -> RedisImage:
+        return image.with_values(_without_instants)
 
-def canonical_image(image: RedisImage) -> RedisImage:
-    """The image without what differs between equal states: enqueue and finish instants (queue scores, pickles)."""
-    keys = []
-    for name, kind, value in image.keys:
-        if name == default_queue_name.encode():
-            value = tuple((member, 0) for member, _ in value)
-        elif name.startswith(job_key_prefix.encode()):
-            function, args, kwargs, job_try, _ = deserialize_job_raw(value)
-            value = repr((function, args, kwargs, job_try))
-        elif name.startswith(result_key_prefix.encode()):
-            result = deserialize_result(value)
-            value = repr((result.success, result.job_try))
-        keys.append((name, kind, value))
-    return RedisImage(tuple(keys), image.ttls)
+
+def _without_instants(name: bytes, kind: str, value: object) -> object:
+    """A key's contents without what differs between equal states: enqueue and finish instants (queue scores,
+    pickles)."""
+    if name == default_queue_name.encode():
+        return tuple((member, 0) for member, _ in value)
+    if name.startswith(job_key_prefix.encode()):
+        function, args, kwargs, job_try, _ = deserialize_job_raw(value)
+        return repr((function, args, kwargs, job_try))
+    if name.startswith(result_key_prefix.encode()):
+        result = deserialize_result(value)
+        return repr((result.success, result.job_try))
+    return value
 
 
 class Session(RedisSession):

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import psycopg
 from dbos import DBOSClient
 from dbos._error import DBOSWorkflowConflictIDError
 from dbos._serialization import serialize_exception, serialize_value
-from psycopg.rows import dict_row
 
 from fence.targets.dbos_recovery import (  # the recipe, importable from here as before
     APP, INTERNAL_QUEUE_NAME, attempt_id, recover_dead_executor, running_attempt_id, serialized,
 )
 from fence.targets.images import PostgresSession, PostgresTables
 from fence.targets.protocol import (
-    IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage, refused_unless,
+    IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -38,26 +36,18 @@ ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
 
 
 @dataclass(frozen=True)
-class _Claim:
+class _Claim(Taken):
     """One reservation: a claim of the key's workflow by an executor of its own, under its own token."""
 
-    reservation_id: str
-    key: str
-    owner: str
     executor_id: str
     token: str
     claimed_at: float
-    deadline: float
 
 
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
     JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES = "key", True, True
-
-    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._restoring(session.restorer)
 
     def _workflows(self) -> dict[str, dict]:
         return self._answered("workflows", lambda: {row["workflow_uuid"]: row for row in self._session.workflows()})
@@ -123,7 +113,7 @@ class DbosLedger(TargetLedger):
             self._session.client.enqueue({"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key,
                                           "app_version": APP}, key)
         rid = reservation_id
-        claim = _Claim(rid, key, owner, f"executor-{rid}", f"claim-{rid}", deadline - self._lease, deadline)
+        claim = _Claim(rid, key, owner, deadline, f"executor-{rid}", f"claim-{rid}", deadline - self._lease)
         claimed, _ = self._session.sys_db.start_queued_workflows(queue, claim.executor_id, APP, None, 0,
                                                                  owner_xid=claim.token)
         refused_unless(claimed, f"reserve {key!r} for {owner!r}: no workflow ENQUEUED on DBOS queue {key!r} to claim")
@@ -165,13 +155,13 @@ class Session(PostgresSession):
     SYSTEM = "dbos"
 
     def open_library(self, url: str) -> PostgresTables:
+        self.own_connection(url)  # DBOS is not on asyncio: the image is read and written on the session's own
         self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
         try:
             self.sys_db = self.client._sys_db
             with self.sys_db.engine.begin() as connection:
                 connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
                 self.sys_db.run_migrations()
-            self.connection = psycopg.connect(url, autocommit=True, row_factory=dict_row)
         except Exception:
             self.client.destroy()
             raise
@@ -179,17 +169,8 @@ class Session(PostgresSession):
         tables = tuple(f"dbos.{table}" for table in TABLES)
         return PostgresTables(tables, TIME, cascade=True, ordered_by={table: "t::text" for table in tables})
 
-    async def execute(self, script: str) -> None:
-        self.connection.execute(script)
-
-    async def fetch(self, query: str) -> list:
-        return self.connection.execute(query).fetchall()
-
     def close_library(self) -> None:
-        try:
-            self.client.destroy()
-        finally:
-            self.connection.close()
+        self.client.destroy()
 
     def queue(self, name: str):
         """The key's queue (configuration, not state: registered once, kept across worlds)."""
@@ -200,7 +181,7 @@ class Session(PostgresSession):
         return self.queues[name]
 
     def workflows(self) -> list[dict]:
-        return self.run(self.fetch("SELECT workflow_uuid, status, executor_id, owner_xid FROM dbos.workflow_status"))
+        return self.rows("SELECT workflow_uuid, status, executor_id, owner_xid FROM dbos.workflow_status")
 
 
 class DbosStorage(TargetStorage):

@@ -23,7 +23,7 @@ from fence.targets.dramatiq_recovery import (  # the recipe, importable from her
     ACTOR, HEARTBEATS, NS, acks_key, as_worker, attempt_id, make_broker, publish, recover_stalled, settle,
 )
 from fence.targets.images import InstantsIn, RedisImage, RedisSession, ranked_ids
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of Redis time: a retry's first backoff (15-30 s) is due a tick on."""
@@ -37,23 +37,18 @@ _INSTANT = re.compile(rb'"(message_timestamp|requeue_timestamp)": ?\d+')
 
 
 @dataclass(frozen=True)
-class _Take:
-    reservation_id: str
-    key: str
-    owner: str
+class _Take(Taken):
     worker_id: str
     redis_id: str
     data: bytes
-    deadline: float
 
 
 class DramatiqLedger(TargetLedger):
     GUARD_CATCHES_FAILURES = True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        super().__init__(session, capacity, guarded=guarded)
         self._published: set[str] = set()
-        self._restoring(session.restorer)
 
     def snapshot(self) -> tuple:
         # Left out, as they decide no answer: the heartbeat of a worker that holds nothing (each fetches once), a
@@ -134,8 +129,8 @@ class DramatiqLedger(TargetLedger):
         message = next(worker.consume(key, prefetch=1, timeout=0))
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: dramatiq's fetch found no message on queue {key!r}")
-        return _Take(reservation_id, key, owner, worker.broker_id, message.options["redis_message_id"],
-                     message.encode(), deadline)
+        return _Take(reservation_id, key, owner, deadline, worker.broker_id, message.options["redis_message_id"],
+                     message.encode())
 
     def _release(self, take: _Take) -> None:
         janitor = self._session.janitor  # maintenance, forced by its qsize of the key's queue

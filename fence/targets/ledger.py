@@ -6,6 +6,7 @@ documentation; this module holds the base class a target's ledger subclasses.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Protocol, TypeVar
 
 from fence.base.errors import IllegalMove, StaleAttempt
@@ -51,24 +52,39 @@ class TakenReservation(Protocol):
     deadline: float
 
 
+@dataclass(frozen=True)
+class Taken:
+    """A record of one reservation to subclass (``TakenReservation``): a frozen dataclass whose subclass adds
+    what the system calls the job it took (a message id, a row, a claim token) after these four fields."""
+
+    reservation_id: str
+    key: str
+    owner: str
+    deadline: float
+
+
 class TargetLedger(Restorable):
     """fence's ledger protocol from a target's records, its ``_state`` and its expiry query (see the module doc).
 
-    A subclass calls ``super().__init__(session, capacity, guarded=..., time=...)``
-    first and ``self._restoring(session.restorer)`` last in its constructor, and
-    implements ``_take``, ``_state``, ``_past_lease``, ``_confirm``, ``_fail``,
-    the janitor's ``_release`` / ``_hold`` / ``_settle`` its rows make, and
-    ``snapshot``; ``reserve`` and ``apply`` (or ``_records`` and
-    ``_move_clock``) only where the defaults do not fit. ``dump`` and ``load``
-    are the session's (``images.RedisSession`` has them) unless it overrides them.
+    It is made as ``Ledger(session, capacity, guarded=...)``: its ``time`` is the
+    session's (``images.RedisSession`` and ``images.PostgresSession`` keep one),
+    and it adopts the server as the session holds it (``session.restorer``), so a
+    subclass needs no constructor unless it keeps state of its own; one that does
+    calls ``super().__init__(session, capacity, guarded=guarded)`` first and names
+    that state in ``STATE``. A subclass implements ``_take``, ``_state``,
+    ``_past_lease``, ``_confirm``, ``_fail``, the janitor's ``_release`` /
+    ``_hold`` / ``_settle`` its rows make, and ``snapshot`` unless the default
+    fits; ``reserve`` and ``apply`` (or ``_records`` and ``_move_clock``) only
+    where the defaults do not fit. ``dump`` and ``load`` are the session's
+    unless it overrides them.
     """
 
     SHARED = ("_session",)
 
-    def __init__(self, session, capacity: int, *, guarded: bool, time: ModelTime) -> None:
+    def __init__(self, session, capacity: int, *, guarded: bool, time: ModelTime | None = None) -> None:
         self.capacity = capacity
         self.guarded = guarded
-        self.time = time
+        self.time = session.time if time is None else time
         self._session = session
         self._now = 0.0
         """The model time the system's stored instants stand at (moved only when asked)."""
@@ -88,6 +104,13 @@ class TargetLedger(Restorable):
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
         self._answers: dict[str, object] = {}
         """What the server answered since the last call that may change it (``_answered``)."""
+        self._restoring(session.restorer)  # the server as it is now: the storage emptied it for this world
+
+    def _restoring(self, restorer) -> None:
+        """Adopt the server's state as this ledger's image, once: the constructor does it (a subclass written
+        before it did may call it again at the end of its own, to no effect)."""
+        if getattr(self, "_restorer", None) is not restorer:
+            super()._restoring(restorer)
 
     # -- what a subclass gives ------------------------------------------------------------
     JANITOR = "this row's janitor"
@@ -104,6 +127,9 @@ class TargetLedger(Restorable):
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
+    STATE: tuple[str, ...] = ()
+    """The names of the subclass's own attributes that decide its next answers (a dict or set of what it
+    published, released, re-picked): the default ``snapshot()`` holds each as a sorted value."""
 
     def _records(self) -> dict[str, TakenReservation]:
         return self._taken_by_id
@@ -150,6 +176,20 @@ class TargetLedger(Restorable):
             "when a worker's task raises (retry the job, delete its record, mark it failed), or raise IllegalMove "
             "there if the system takes no failure reports"
         )
+
+    def snapshot(self) -> tuple:
+        """By default: the records, the session's ``snapshot`` of the image (``images.RedisSession``'s; after
+        ``_canonical``), each ``STATE`` attribute sorted, and ``bookkeeping()``. Override it where equal states
+        differ in more than the image's instants (an id that depends on the path taken) or the session has none."""
+        state = tuple(tuple(sorted(value.items() if isinstance(value, dict) else value))
+                      for value in (getattr(self, name) for name in self.STATE))
+        return (tuple(self._records().values()), self._session.snapshot(self._canonical(self.image()), self._now),
+                state, self.bookkeeping())
+
+    def _canonical(self, image: object) -> object:
+        """``image`` without what differs between equal states and the session's snapshot keeps (instants in
+        values, say): what the default ``snapshot()`` hands the session. By default the image itself."""
+        return image
 
     def _fail_through_guard(self, record: TakenReservation) -> TakenReservation:
         """A guarded task's failure, caught by the guard's wrapper instead of the library's handler.
@@ -389,5 +429,5 @@ class TargetLedger(Restorable):
 
 
 
-__all__ = ["CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "TakenReservation", "TargetLedger", "only_if_it_moves",
-           "refused_unless"]
+__all__ = ["CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "Taken", "TakenReservation", "TargetLedger",
+           "only_if_it_moves", "refused_unless"]

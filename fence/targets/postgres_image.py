@@ -151,12 +151,14 @@ class PostgresSession:
     handle, its tables' ``PostgresTables`` image and the ``Restorer``.
 
     What ``TargetStorage`` asks of a session (``empty``, ``versions``,
-    ``close``) and what ``TargetLedger`` dumps and loads by. A target says how
-    its library opens (``open_library``: the library's handle made on the
-    loop, its schema ensured, the tables' image returned) and how a statement
-    reaches the server on the library's own connection (``execute``,
-    ``fetch``), so that the image is read and written where the library reads
-    and writes.
+    ``close``) and what ``TargetLedger`` dumps and loads by; its ``time`` (the
+    tables' ``ModelTime``) is its ledger's too. A target says how its library
+    opens (``open_library``: the library's handle made on the loop, its schema
+    ensured, the tables' image returned) and how a statement reaches the server
+    on the library's own connection (``execute``, ``fetch``), so that the image
+    is read and written where the library reads and writes. A library not on
+    asyncio (DBOS) keeps the image on a connection of the session's own
+    instead (``own_connection``), and writes neither.
     """
 
     SYSTEM = "the library"
@@ -167,8 +169,11 @@ class PostgresSession:
 
         self.loop = asyncio.new_event_loop()
         self.opened = False
+        self._own = None
+        """The session's own connection (``own_connection``), if it made one."""
         try:
             self.image = self.open_library(url)
+            self.time = self.image.time
             self.opened = True
             self.sequences = self.image.sequences_from(self.run(self.fetch(self.image.sequences_query())))
         except Exception as error:
@@ -185,12 +190,28 @@ class PostgresSession:
         raise NotImplementedError
 
     async def execute(self, script: str) -> None:
-        """Run ``script`` (statements joined by ``;``, no parameters) on the library's connection."""
-        raise NotImplementedError
+        """Run ``script`` (statements joined by ``;``, no parameters) on the library's connection; by default on
+        the session's own (``own_connection``)."""
+        self._own_connection().execute(script)
 
     async def fetch(self, query: str) -> list[Mapping]:
-        """The rows of ``query`` on the library's connection, each as a mapping by column name."""
-        raise NotImplementedError
+        """The rows of ``query`` on the library's connection, each as a mapping by column name; by default on the
+        session's own (``own_connection``)."""
+        return self._own_connection().execute(query).fetchall()
+
+    def own_connection(self, url: str) -> None:
+        """For a library not on asyncio, in ``open_library``: a psycopg connection of the session's own
+        (autocommit, rows as dicts), where the default ``execute`` and ``fetch`` run; closed with the session."""
+        import psycopg  # here: only such a target needs it
+        from psycopg.rows import dict_row
+
+        self._own = psycopg.connect(url, autocommit=True, row_factory=dict_row)
+
+    def _own_connection(self):
+        if self._own is None:
+            raise NotImplementedError(f"{type(self).__name__} says nowhere how a statement reaches the server: "
+                                      "implement execute and fetch, or call own_connection(url) in open_library")
+        return self._own
 
     def close_library(self) -> None:
         """Close what ``open_library`` opened (called only if it returned)."""
@@ -198,6 +219,10 @@ class PostgresSession:
     # -- the session -------------------------------------------------------------------------
     def run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
+
+    def rows(self, query: str) -> list[Mapping]:
+        """The rows of ``query`` (``fetch``), from outside the loop."""
+        return self.run(self.fetch(query))
 
     def empty(self) -> None:
         """Empty the library's tables for a fresh world (the ledger using them keeps its image)."""
@@ -226,7 +251,11 @@ class PostgresSession:
             if self.opened:
                 self.close_library()
         finally:
-            self.loop.close()
+            try:
+                if self._own is not None:
+                    self._own.close()
+            finally:
+                self.loop.close()
 
 
 

@@ -47,8 +47,9 @@ rest. A target is three pieces:
   ``TargetLedger`` gives every member from methods of the subclass that each
   make one of the system's calls: ``_take(key, owner, reservation_id,
   deadline)`` (a worker taking the key's job: the record of it, anything with
-  ``reservation_id``, ``key``, ``owner``, ``deadline``; the ledger keeps them
-  by id, in order, in ``_records()``), ``_state(record)`` (what the system
+  ``reservation_id``, ``key``, ``owner``, ``deadline``, such as a subclass of
+  the frozen dataclass ``Taken``; the ledger keeps them by id, in order, in
+  ``_records()``), ``_state(record)`` (what the system
   says of one), ``_past_lease(record)`` (does the system's own expiry query
   list it), ``_confirm(record, move)`` (the worker's completion call),
   ``_fail(record)`` (the worker's failure handler; there is no default: a
@@ -59,9 +60,13 @@ rest. A target is three pieces:
   the record's field for the system's job, so that a reservation whose job a
   newer one took reads ``unused`` and a stale worker's call that reaches the
   newer one reports it. ``_finished(job, move)`` keeps which move finished a
-  job where the system does not. Its ``time`` (a ``ModelTime``) maps model
-  time onto the server's, and ``_move_clock(ticks)`` moves the system's
-  stored times (the session's ``move_time`` by default). Two helpers save
+  job where the system does not. Its ``time`` (a ``ModelTime``, the
+  session's by default) maps model time onto the server's, and
+  ``_move_clock(ticks)`` moves the system's stored times (the session's
+  ``move_time`` by default). Its constructor adopts the server as the session
+  holds it ("Restorable" below); a subclass with state of its own names it
+  in ``STATE``, and the default ``snapshot()`` holds the records, the
+  session's snapshot of the image and that state. Two helpers save
   the plumbing: ``_answered(question, read)`` reads the server once until the
   next write (states that need a query per reservation ask it once a step),
   and ``_moved(read, call, why)`` makes a write accepted only if it changed
@@ -133,7 +138,7 @@ image (``images``) keeps each stored instant and TTL as whole ticks before
 ``TargetLedger``): ``dump() -> image`` and ``load(image)`` of everything it
 keeps on the server, ``SHARED`` naming its session, each server call marked
 (``reads``/``writes``, or ``self._reading()``/``self._writing()``), and
-``self._restoring(session.restorer)`` at the end of its constructor. Its
+``self._restoring(session.restorer)`` (``TargetLedger``'s constructor calls it). Its
 ``snapshot()`` holds its own records and its image, canonical only where equal
 states differ (an id that depends on the path taken, an instant). The
 explorer's ``FaithfulnessCheck`` tests all of that while it walks.
@@ -153,7 +158,7 @@ from fence.model.ledger import Move, Reservation, ReservationState
 from fence.model.protocol import LEDGER_METHODS, LEDGER_PROPERTIES
 from fence.model.restore import Restorable, Restorer, reads, writes
 from fence.targets.ledger import (
-    CONFIRMS, EXISTING_MOVES, EXPIRIES, TakenReservation, TargetLedger, only_if_it_moves, refused_unless,
+    CONFIRMS, EXISTING_MOVES, EXPIRIES, Taken, TakenReservation, TargetLedger, only_if_it_moves, refused_unless,
 )
 from fence.targets.model_time import ModelTime
 from fence.targets.storage import TargetStorage
@@ -161,6 +166,6 @@ from fence.targets.storage import TargetStorage
 __all__ = [
     "CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
     "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
-    "StaleAttempt", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
+    "StaleAttempt", "Taken", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
     "refused_unless", "writes",
 ]

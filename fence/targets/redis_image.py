@@ -34,6 +34,12 @@ class RedisImage:
     keys: tuple[tuple[bytes, str, object], ...]
     ttls: tuple[tuple[bytes, int], ...] = ()
 
+    def with_values(self, value_of: Callable[[bytes, str, object], object]) -> RedisImage:
+        """The image with each key's contents as ``value_of(name, kind, contents)`` answers: for a ledger's
+        ``_canonical``, what decides no answer (an instant inside a pickle) left out of a value."""
+        return RedisImage(tuple((name, kind, value_of(name, kind, value)) for name, kind, value in self.keys),
+                          self.ttls)
+
 
 def _names(names: Iterable[str | bytes]) -> frozenset[bytes]:
     return frozenset(name.encode() if isinstance(name, str) else name for name in names)
@@ -173,10 +179,8 @@ class InstantsIn:
 
     def _mapped(self, image: RedisImage, move: Callable[[float], float]) -> RedisImage:
         pattern = self.hashes.encode()
-        return RedisImage(tuple(
-            (name, kind, tuple((field, self._moved(data, move)) for field, data in value)
-             if kind == "hash" and fnmatchcase(name, pattern) else value)
-            for name, kind, value in image.keys), image.ttls)
+        return image.with_values(lambda name, kind, value: tuple((field, self._moved(data, move)) for field, data in value)
+                                 if kind == "hash" and fnmatchcase(name, pattern) else value)
 
     def as_ticks(self, image: RedisImage, time: ModelTime) -> RedisImage:
         """``image`` (instants as the server keeps them) with each instant as whole ticks ahead, rounded up."""
@@ -272,7 +276,8 @@ class RedisSession:
 
     What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
     and what ``TargetLedger`` dumps and loads by; a target adds its library's
-    handle on ``client``, and names its library's distributions in ``LIBRARIES`` for ``versions()``.
+    handle on ``client``, and names its library's distributions in ``LIBRARIES``
+    for ``versions()``. Its ``time`` (a ``ModelTime``) is its ledger's too.
     What every Redis adapter needed beside: ``library`` opens the library's own
     handle (a failure is one line naming it) and ``closing`` closes it with the
     session; ``worker(reservation_id)`` is a worker per reservation from the
@@ -295,6 +300,8 @@ class RedisSession:
         except redis.RedisError as error:
             self.client.close()
             raise BackendError(f"{url}: cannot reach Redis there ({error}); start one with scripts/redis.sh start") from None
+        self.time = time
+        """The target's model time (``ModelTime``): its ledger's too."""
         self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds,
                                       instants=instants)
         self.restorer = Restorer()
@@ -311,6 +318,11 @@ class RedisSession:
 
     def load(self, image: RedisImage) -> None:
         self.database.load(image)
+
+    def snapshot(self, image: RedisImage, now: float, **canonical) -> tuple:
+        """``image`` as a snapshot at the ledger's clock ``now`` (``RedisDatabase.snapshot``, its options too):
+        what ``TargetLedger.snapshot()`` holds by default."""
+        return self.database.snapshot(image, now, **canonical)
 
     def empty(self) -> None:
         """Empty the database for a fresh world (the ledger using it keeps its image)."""
