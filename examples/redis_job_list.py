@@ -30,7 +30,7 @@ import redis
 from fence import POLICIES
 from fence.targets import Target
 from fence.targets.images import RedisSession
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage
 
 
 # -- the library under test -----------------------------------------------------------------
@@ -83,12 +83,8 @@ S = ReservationState
 
 
 @dataclass(frozen=True)
-class Take:
-    reservation_id: str
-    key: str
-    owner: str
+class Take(Taken):
     job_id: int
-    deadline: float
 
 
 class JobListLedger(TargetLedger):
@@ -96,15 +92,6 @@ class JobListLedger(TargetLedger):
     ``requeue_stale``."""
 
     JOB = "job_id"  # a requeued job keeps its id: the newest take of it is the one the job list's answers concern
-
-    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._enqueued: set[str] = set()
-        self._restoring(session.restorer)
-
-    def snapshot(self) -> tuple:
-        return (tuple(self._records().values()), self._session.database.snapshot(self.image(), self._now),
-                tuple(sorted(self._enqueued)), self.bookkeeping())
 
     def _state(self, take: Take) -> ReservationState:
         self._reading()
@@ -119,13 +106,11 @@ class JobListLedger(TargetLedger):
 
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> Take:
         self._writing()
-        if key not in self._enqueued:
-            self._session.jobs.enqueue(key)
-            self._enqueued.add(key)
+        self._publish_once(key, lambda: self._session.jobs.enqueue(key))
         job_id = self._session.jobs.take(key)
         if job_id is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: no job waiting for that key")
-        return Take(reservation_id, key, owner, job_id, deadline)
+        return Take(reservation_id, key, owner, deadline, job_id)
 
     def _started_only(self, take: Take, call, what: str) -> None:
         """The job list refuses nothing: ``call`` is accepted only if it took the job off the started set."""

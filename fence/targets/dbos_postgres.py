@@ -41,7 +41,6 @@ class _Claim(Taken):
 
     executor_id: str
     token: str
-    claimed_at: float
 
 
 class DbosLedger(TargetLedger):
@@ -58,13 +57,9 @@ class DbosLedger(TargetLedger):
             return S.RESERVED
         return self._confirmed(claim.key) if row.get("status") == "SUCCESS" else S.UNUSED  # ENQUEUED again, ERROR, gone
 
-    def _silent(self, claim: _Claim) -> bool:
-        """Has its executor been silent for a lease at the ledger's clock (the recovery service's word)?"""
-        return self._lease is not None and self._now - claim.claimed_at >= TIME.timeout(self._lease) / TIME.tick_seconds
-
     def _past_lease(self, claim: _Claim) -> bool:
         """Its executor is silent for a lease, and DBOS's recovery query lists the workflow on it."""
-        if not self._silent(claim):
+        if not self._past_deadline(claim):  # its executor silent for a lease: the recovery service's word
             return False
         self._reading()
         pending = self._session.sys_db.get_pending_workflows(claim.executor_id, APP)
@@ -113,7 +108,7 @@ class DbosLedger(TargetLedger):
             self._session.client.enqueue({"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key,
                                           "app_version": APP}, key)
         rid = reservation_id
-        claim = _Claim(rid, key, owner, deadline, f"executor-{rid}", f"claim-{rid}", deadline - self._lease)
+        claim = _Claim(rid, key, owner, deadline, f"executor-{rid}", f"claim-{rid}")
         claimed, _ = self._session.sys_db.start_queued_workflows(queue, claim.executor_id, APP, None, 0,
                                                                  owner_xid=claim.token)
         refused_unless(claimed, f"reserve {key!r} for {owner!r}: no workflow ENQUEUED on DBOS queue {key!r} to claim")
@@ -146,7 +141,7 @@ class DbosLedger(TargetLedger):
         return (tuple(sorted((w["workflow_uuid"],) + tuple(w[k] for k in ROW) for w in workflows)),
                 tuple(sorted((s["workflow_uuid"], s["function_id"], s["error"] is None) for s in steps)),
                 tuple(sorted((o["workflow_uuid"], o["error"] is None) for o in outputs)),
-                claims, self.bookkeeping(), tuple(self._silent(c) for c in claims))
+                claims, self.bookkeeping(), tuple(self._past_deadline(c) for c in claims))
 
 
 class Session(PostgresSession):

@@ -46,10 +46,6 @@ class _Take(Taken):
 class DramatiqLedger(TargetLedger):
     GUARD_CATCHES_FAILURES = True
 
-    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded)
-        self._published: set[str] = set()
-
     def snapshot(self) -> tuple:
         # Left out, as they decide no answer: the heartbeat of a worker that holds nothing (each fetches once), a
         # dead-lettered message (nothing reads it back; its 7-day TTL is beyond any run), and whether an
@@ -66,7 +62,7 @@ class DramatiqLedger(TargetLedger):
         takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline,
                        held(t) and t.reservation_id in self._held | self._failures_caught)
                       for t in self._records().values())
-        return (takes, keys, self.finished_moves(), tuple(sorted(self._published)),
+        return (takes, keys, self.finished_moves(), self.published(),
                 tuple(sorted(self._count_by_key.items())), self._lease)
 
     def _held_by_worker(self, take: _Take) -> bool:
@@ -115,9 +111,7 @@ class DramatiqLedger(TargetLedger):
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Take:
         worker = self._session.worker(reservation_id)
         self._writing()
-        if key not in self._published:
-            publish(worker, key)
-            self._published.add(key)
+        self._publish_once(key, lambda: publish(worker, key))
         delayed = worker.consume(dq_name(key), prefetch=1, timeout=0)
         if (retry := next(delayed)) is not None:  # the worker's delay-queue consumer
             if retry.options["eta"] > current_millis():

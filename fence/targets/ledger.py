@@ -91,6 +91,8 @@ class TargetLedger(Restorable):
         self._lease: float | None = None
         """The lease every reservation is judged by, in ticks (one per ledger)."""
         self._count_by_key: dict[str, int] = {}
+        self._published_keys: set[str] = set()
+        """The keys whose job a reserve published (``_publish_once``)."""
         self._taken_by_id: dict[str, TakenReservation] = {}
         """Each reservation taken, by id, in order (what ``_records()`` returns unless a subclass keeps its own)."""
         self._finished_by: dict[object, Move] = {}
@@ -276,6 +278,22 @@ class TargetLedger(Restorable):
             raise ValueError(f"this ledger judges every lease as {self._lease} ticks, not {lease}")
         self._lease = lease
 
+    def _publish_once(self, key: str, publish: Callable[[], object]) -> None:
+        """The first reserve of ``key`` publishes its job (``publish()``, a write); a later one takes what the
+        system gave back (a retry's message, a requeued job), and only a new job published again would not."""
+        if key not in self._published_keys:
+            self._writing()
+            publish()
+            self._published_keys.add(key)
+
+    def _past_deadline(self, record: TakenReservation) -> bool:
+        """Has ``record``'s lease run out at the ledger's clock (``ModelTime.timeout`` after it was taken)? For a
+        system that keeps no instant to compare: the word of whatever declares its worker dead."""
+        if self._lease is None:
+            return False
+        taken_at = record.deadline - self._lease
+        return self._now - taken_at >= self.time.timeout(self._lease) / self.time.tick_seconds
+
     def _next_id(self, key: str) -> str:
         """The id the next reservation of ``key`` gets (``job1/r2``); counted once it is taken."""
         return f"{key}/r{self._count_by_key.get(key, 0) + 1}"
@@ -306,11 +324,16 @@ class TargetLedger(Restorable):
         """``_finished_by`` as a value, for ``snapshot()``."""
         return tuple(sorted((job, move.value) for job, move in self._finished_by.items()))
 
+    def published(self) -> tuple[str, ...]:
+        """The keys whose job a reserve published (``_publish_once``), for ``snapshot()``."""
+        return tuple(sorted(self._published_keys))
+
     def bookkeeping(self) -> tuple:
         """What of the ledger's state this class keeps, as a value for ``snapshot()``: the finishing moves,
-        the held reservations, the caught failures, the reservations counted per key and the lease."""
+        the held reservations, the caught failures, the reservations counted per key, the lease and the keys
+        published."""
         return (self.finished_moves(), tuple(sorted(self._held)), self.failures_caught(),
-                tuple(sorted(self._count_by_key.items())), self._lease)
+                tuple(sorted(self._count_by_key.items())), self._lease, self.published())
 
     # -- reading ---------------------------------------------------------------------------
     def _newest(self, record: TakenReservation) -> TakenReservation:
