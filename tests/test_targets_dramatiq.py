@@ -48,6 +48,12 @@ GUARDED = POLICIES["abandon-fenced"]
 dramatiq_module, shipped, guarded = system_fixtures("dramatiq")
 
 
+def _message_of(ledger, reservation_id: str) -> tuple[str, str]:
+    """The worker (broker_id) and redis_message_id of the message a reservation took (fence's record of it)."""
+    taken = ledger.record(reservation_id)
+    return taken.worker_id, taken.redis_id
+
+
 def _on(storage, policy, config=ONE) -> World:
     return World(policy, config, storage.destination_factory, storage.ledger_factory)
 
@@ -69,7 +75,8 @@ def test_maintenance_requeues_under_the_same_id_and_the_stale_ack_changes_nothin
     for action in STALE_CONFIRM:
         world.apply(action)
     assert "the ledger refuses: ack of job1/r1 changed nothing" in world.trace[-1].sentence
-    (first_worker, first_id), (second_worker, second_id) = (world.ledger.message_of(r) for r in ("job1/r1", "job1/r2"))
+    (first_worker, first_id), (second_worker, second_id) = (_message_of(world.ledger, r)
+                                                            for r in ("job1/r1", "job1/r2"))
     assert first_id == second_id and first_worker != second_worker
     client = shipped.session.client
     assert client.smembers(dramatiq_module.acks_key(second_worker, "job1")) == {second_id.encode()}
@@ -121,8 +128,8 @@ def test_as_shipped_a_failed_task_is_acked_and_retried_after_its_backoff(shipped
     assert len(_delayed(client, "job1")) == 1
     taken = ledger.reserve("job1", "job1#2", world.now + 1, 2)  # a tick later it is
     assert taken.state.value == "reserved" and _delayed(client, "job1") == []
-    assert ledger.message_of(taken.reservation_id)[1] not in {retry.options["redis_message_id"],
-                                                              ledger.message_of("job1/r1")[1]}
+    assert _message_of(ledger, taken.reservation_id)[1] not in {retry.options["redis_message_id"],
+                                                               _message_of(ledger, "job1/r1")[1]}
 
 
 def test_a_stale_workers_failure_enqueues_a_second_retry_of_the_job_the_retry_runs(shipped, dramatiq_module):
@@ -181,7 +188,7 @@ def test_the_guarded_recovery_dead_letters_once_and_the_stale_settle_enqueues_no
     for action in STALE_SETTLE:
         world.apply(action)
     assert world.trace[-1].sentence.endswith("job1/r1 is already unused: the ledger refuses")
-    (_, first_id), (_, second_id) = (world.ledger.message_of(r) for r in ("job1/r1", "job1/r2"))
+    (_, first_id), (_, second_id) = (_message_of(world.ledger, r) for r in ("job1/r1", "job1/r2"))
     assert first_id != second_id
     client = guarded.session.client
     assert client.zrange("dramatiq:job1.XQ", 0, -1) == [first_id.encode()]  # dead-lettered once
@@ -195,7 +202,7 @@ def test_guarded_a_failed_task_waits_for_its_guards_settle_and_dramatiq_is_not_c
     steps = [Reserve("job1"), Fail("job1#1"), Probe(0, "job1/r1"), Settle(0, "job1/r1"), Retry("job1")]
     for action in steps[:2]:  # in lockstep with the model: tests/test_targets_rows.py
         world.apply(action)
-    worker, first_id = world.ledger.message_of("job1/r1")
+    worker, first_id = _message_of(world.ledger, "job1/r1")
     client = guarded.session.client
     assert world.ledger.get("job1/r1").state.value == "outcome_unknown"
     assert client.smembers(dramatiq_module.acks_key(worker, "job1")) == {first_id.encode()}
@@ -203,7 +210,7 @@ def test_guarded_a_failed_task_waits_for_its_guards_settle_and_dramatiq_is_not_c
     for action in steps[2:]:
         world.apply(action)
     assert world.ledger.get("job1/r1").state.value == "unused" and world.ledger.get("job1/r2").state.value == "reserved"
-    assert world.ledger.message_of("job1/r2")[1] != first_id
+    assert _message_of(world.ledger, "job1/r2")[1] != first_id
     assert client.zrange("dramatiq:job1.XQ", 0, -1) == [first_id.encode()]
     # A second report of the same failure is refused: the settle took the job back.
     with pytest.raises(IllegalMove, match="fail on job1/r1: it is unused; the guard's wrapper settles only a job"):

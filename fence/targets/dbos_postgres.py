@@ -22,7 +22,7 @@ from fence.targets.dbos_recovery import (  # the recipe, importable from here as
 )
 from fence.targets.images import PostgresSession, PostgresTables
 from fence.targets.protocol import (
-    IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_unless,
+    ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_by, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -75,22 +75,18 @@ class DbosLedger(TargetLedger):
         """The worker's step checkpoint and workflow outcome, owner-checked, as DBOS's worker writes them."""
         sys_db = self._session.sys_db
         if status == "ERROR":  # the step raised: its error is checkpointed, then the workflow's
-            value, serialization = serialize_exception(RuntimeError(f"{claim.reservation_id}'s step raised"), None,
-                                                       sys_db.serializer)
-            recorded, outcome = {"output": None, "error": value}, {"error": value}
+            field, (value, serialization) = "error", serialize_exception(
+                RuntimeError(f"{claim.reservation_id}'s step raised"), None, sys_db.serializer)
         else:
-            value, serialization = serialize_value(claim.key, None, sys_db.serializer)
-            recorded, outcome = {"output": value, "error": None}, {"output": value}
+            field, (value, serialization) = "output", serialize_value(claim.key, None, sys_db.serializer)
         self._writing()
-        try:
+        refused = f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint"
+        with refused_by(DBOSWorkflowConflictIDError, refused):
             sys_db.record_operation_result({
                 "workflow_uuid": claim.key, "function_id": 1, "function_name": STEP, "started_at_epoch_ms": 0,
-                "serialization": serialization, "child_workflow_id": None, **recorded,
+                "serialization": serialization, "child_workflow_id": None, "output": None, "error": None, field: value,
             }, completed_at_epoch_ms=0, owner_xid=claim.token)
-        except DBOSWorkflowConflictIDError as refused:
-            raise IllegalMove(f"{status} by {claim.reservation_id}: DBOS refused the step checkpoint: {refused}") \
-                from None
-        landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **outcome)
+        landed = sys_db.update_workflow_outcome(claim.key, status, owner_xid=claim.token, **{field: value})
         refused_unless(landed, f"{status} by {claim.reservation_id}: DBOS did not record the outcome")
 
     def _confirm(self, claim: _Claim, move: Move) -> None:
@@ -101,12 +97,10 @@ class DbosLedger(TargetLedger):
         self._finish(claim, "ERROR")
 
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> _Claim:
-        published = key in self._workflows()
-        self._writing()
         queue = self._session.queue(key)
-        if not published:
-            self._session.client.enqueue({"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key,
-                                          "app_version": APP}, key)
+        self._publish_once(key, lambda: self._session.client.enqueue(
+            {"queue_name": key, "workflow_name": TASK_NAME, "workflow_id": key, "app_version": APP}, key))
+        self._writing()
         rid = reservation_id
         claim = _Claim(rid, key, owner, deadline, f"executor-{rid}", f"claim-{rid}")
         claimed, _ = self._session.sys_db.start_queued_workflows(queue, claim.executor_id, APP, None, 0,

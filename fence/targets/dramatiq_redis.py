@@ -136,10 +136,6 @@ class DramatiqLedger(TargetLedger):
         worker = self._session.worker(take.reservation_id)
         self._moving(take, lambda: settle(worker, dramatiq.Message.decode(take.data), decision), move, "settle")
 
-    def message_of(self, reservation_id: str) -> tuple[str, str]:
-        """The worker (broker_id) and redis_message_id of the message a reservation took."""
-        return self._records()[reservation_id].worker_id, self._records()[reservation_id].redis_id
-
 
 class Session(RedisSession):
     LIBRARIES = {"dramatiq": "dramatiq", "redis-py": "redis"}

@@ -6,8 +6,9 @@ documentation; this module holds the base class a target's ledger subclasses.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Iterator, Protocol, TypeVar
 
 from fence.base.errors import IllegalMove, StaleAttempt
 from fence.model.ledger import HOLDING_STATES, Move, Reservation, ReservationState
@@ -40,6 +41,17 @@ def only_if_it_moves(read: Callable[[], object], call: Callable[[], T], why: str
     result = call()
     refused_unless(read() != before, why)
     return result
+
+
+@contextmanager
+def refused_by(errors: type[Exception] | tuple[type[Exception], ...], why: str,
+               words: Callable[[Exception], str] = str) -> Iterator[None]:
+    """A system that refuses by raising: one of its ``errors`` in the block is ``IllegalMove`` saying ``why``,
+    then the library's own ``words`` for it (by default the error's text)."""
+    try:
+        yield
+    except errors as error:
+        raise IllegalMove(f"{why}: {words(error)}") from None
 
 
 # -- the ledger -----------------------------------------------------------------------------
@@ -354,6 +366,10 @@ class TargetLedger(Restorable):
     def get(self, reservation_id: str) -> Reservation:
         return self._reservation(self._records()[reservation_id])
 
+    def record(self, reservation_id: str) -> TakenReservation:
+        """fence's record of that reservation, as ``_take`` made it (which message, row or claim it took)."""
+        return self._records()[reservation_id]
+
     def reservations(self) -> list[Reservation]:
         return [self._reservation(record) for record in self._records().values()]
 
@@ -453,4 +469,4 @@ class TargetLedger(Restorable):
 
 
 __all__ = ["CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "Taken", "TakenReservation", "TargetLedger",
-           "only_if_it_moves", "refused_unless"]
+           "only_if_it_moves", "refused_by", "refused_unless"]

@@ -93,6 +93,9 @@ row that is gone, returns as quietly as a good one. For them a write counts as
 accepted only if it changed the system's state: ``only_if_it_moves(read, call,
 why)`` makes the call and refuses unless ``read()`` answers differently after
 it, and ``refused_unless(moved, why)`` says the same where the adapter knows.
+A system that refuses by raising (a conflict error, a database's exception)
+is wrapped in ``refused_by(errors, why)``, which makes its error the
+``IllegalMove``, in the library's words.
 The same holds for a failure report (``fail``): it is accepted when the
 system's failure handler changed the worker's job (retried it, deleted its
 record, marked it failed), refused when the handler had nothing of this
@@ -158,7 +161,8 @@ from fence.model.ledger import Move, Reservation, ReservationState
 from fence.model.protocol import LEDGER_METHODS, LEDGER_PROPERTIES
 from fence.model.restore import Restorable, Restorer, reads, writes
 from fence.targets.ledger import (
-    CONFIRMS, EXISTING_MOVES, EXPIRIES, Taken, TakenReservation, TargetLedger, only_if_it_moves, refused_unless,
+    CONFIRMS, EXISTING_MOVES, EXPIRIES, Taken, TakenReservation, TargetLedger, only_if_it_moves, refused_by,
+    refused_unless,
 )
 from fence.targets.model_time import ModelTime
 from fence.targets.storage import TargetStorage
@@ -167,5 +171,5 @@ __all__ = [
     "CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
     "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
     "StaleAttempt", "Taken", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
-    "refused_unless", "writes",
+    "refused_by", "refused_unless", "writes",
 ]

@@ -179,8 +179,8 @@ class InstantsIn:
 
     def _mapped(self, image: RedisImage, move: Callable[[float], float]) -> RedisImage:
         pattern = self.hashes.encode()
-        return image.with_values(lambda name, kind, value: tuple((field, self._moved(data, move)) for field, data in value)
-                                 if kind == "hash" and fnmatchcase(name, pattern) else value)
+        return image.with_values(lambda name, kind, value: value if kind != "hash" or not fnmatchcase(name, pattern)
+                                 else tuple((field, self._moved(data, move)) for field, data in value))
 
     def as_ticks(self, image: RedisImage, time: ModelTime) -> RedisImage:
         """``image`` (instants as the server keeps them) with each instant as whole ticks ahead, rounded up."""
