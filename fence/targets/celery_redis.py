@@ -201,13 +201,12 @@ class CeleryLedger(TargetLedger):
     GUARD_CATCHES_FAILURES = True  # the task's guard wrapper catches it and settles through the guard (module doc)
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        super().__init__(session, capacity, guarded=guarded)
         self._messages: dict[str, _Taken] = {}
         """Each reservation's message as its worker channel took it (the ack goes through it)."""
         self._published: set[str] = set()
         self._acked: dict[str, tuple[str, Move]] = {}
         """tag -> (the delivery it was unacked under when a move removed it, that move)."""
-        self._restoring(session.restorer)  # the database as it is now: the storage emptied it
 
     # -- the image (fence.targets.protocol) ---------------------------------------------------------
     def dump(self) -> Image:

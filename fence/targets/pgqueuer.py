@@ -160,10 +160,9 @@ class PgqueuerLedger(TargetLedger):
     GUARD_CATCHES_FAILURES = True
 
     def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
+        super().__init__(session, capacity, guarded=guarded)
         self._repicks: dict[str, tuple[Job, uuid.UUID]] = {}
         """By reservation: the row as a stale re-pick took it from that reservation's queue manager, and who took it."""
-        self._restoring(session.restorer)  # pgqueuer's tables as they are now: the storage emptied them
 
     # -- talking to pgqueuer -----------------------------------------------------------
     @property

@@ -221,10 +221,6 @@ class ProcrastinateLedger(TargetLedger):
     EITHER_RECOVERY = True  # procrastinate's calls serve the guard's policy on the shipped storage too (tests)
     GUARD_CATCHES_FAILURES = True  # the task's guard wrapper catches its exception (``_fail``'s doc)
 
-    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded, time=TIME)
-        self._restoring(session.restorer)  # procrastinate's tables as they are now: the storage emptied them
-
     # -- talking to procrastinate ------------------------------------------------------
     def _run(self, coroutine):
         """A call that may change procrastinate's rows: what was read before is read again."""
