@@ -7,7 +7,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Restorer, TargetLedger
+from fence.base.errors import PluginBroken
+from fence.targets.protocol import (
+    IllegalMove, ModelTime, Move, ReservationState, Restorer, Taken, TargetLedger, refused_by,
+)
 
 
 class Jobs:
@@ -128,3 +131,107 @@ def test_the_shipped_rows_failure_is_the_librarys_own_handler_whatever_the_flag(
     assert ledger.fail("job1", "w1").state is ReservationState.UNUSED
     assert "the library's failure handler" in jobs.calls and ledger._finished_by == {}
     assert Move.FAIL not in ledger._finished_by.values()
+
+
+# -- what every adapter wrote alike, now TargetLedger's (issue 27) ----------------------------------------
+class TimedJobs(Jobs):
+    """A session that states its model time and snapshots an image, as RedisSession does."""
+
+    time = ModelTime(tick_seconds=60.0)
+
+    def snapshot(self, image: tuple, now: float) -> tuple:
+        return ("snapshot of", image, now)
+
+
+@dataclass(frozen=True)
+class Started(Taken):
+    number: int
+
+
+class PlainLedger(TargetLedger):
+    """No constructor of its own: time and the server's adoption are TargetLedger's."""
+
+    def _take(self, key, owner, reservation_id, deadline):
+        self._publish_once(key, lambda: self._session.calls.append(f"publish {key}"))
+        self._session.started[key] = self._count_by_key.get(key, 0) + 1
+        return Started(reservation_id, key, owner, deadline, self._session.started[key])
+
+    def _state(self, take):
+        return ReservationState.RESERVED
+
+
+class SeeingLedger(PlainLedger):
+    STATE = ("_seen",)
+
+    def __init__(self, session, capacity: int = 1, *, guarded: bool = False) -> None:
+        super().__init__(session, capacity, guarded=guarded)
+        self._seen: dict[str, int] = {}
+
+    def _take(self, key, owner, reservation_id, deadline):
+        self._seen[key] = self._seen.get(key, 0) + 1
+        return super()._take(key, owner, reservation_id, deadline)
+
+
+def test_a_ledger_takes_its_time_from_its_session_and_adopts_the_server_as_it_is():
+    """TargetLedger's constructor: the session's ModelTime, and the server's state as the ledger's first image."""
+    jobs = TimedJobs()
+    jobs.started = {"job0": 1}
+    ledger = PlainLedger(jobs, 1, guarded=False)
+    assert ledger.time is TimedJobs.time
+    assert ledger.image() == (("job0", 1),)
+    ledger._restoring(jobs.restorer)  # a subclass written before may still call it: nothing is dumped again
+    assert jobs.restorer.dumps == 1
+
+
+def test_a_ledger_without_a_time_anywhere_is_one_line_saying_where_to_give_it():
+    """A session with no time and no time= is PluginBroken naming both ways to give one, not an AttributeError."""
+    with pytest.raises(PluginBroken, match="pass time=ModelTime"):
+        PlainLedger(Jobs(), 1, guarded=False)
+
+
+def test_a_keys_job_is_published_once_and_the_published_keys_are_part_of_the_state():
+    """_publish_once calls publish on the key's first reserve only; bookkeeping() holds which keys were published."""
+    jobs = TimedJobs()
+    ledger = PlainLedger(jobs, 2, guarded=False)
+    ledger.reserve("job1", "w1", 0, 2)
+    ledger.reserve("job1", "w2", 0, 2)
+    ledger.reserve("job2", "w3", 0, 2)
+    assert jobs.calls == ["publish job1", "publish job2"]
+    assert ledger.published() == ("job1", "job2") and ledger.published() in ledger.bookkeeping()
+    assert ledger.record("job1/r2") == Started("job1/r2", "job1", "w2", 2, 2)
+
+
+def test_the_default_snapshot_holds_the_records_the_sessions_snapshot_the_declared_state_and_the_bookkeeping():
+    """snapshot(): records, the session's snapshot of the image at the ledger's clock, each STATE field sorted."""
+    jobs = TimedJobs()
+    ledger = SeeingLedger(jobs)
+    ledger.reserve("job1", "w1", 1, 2)
+    records, image, state, bookkeeping = ledger.snapshot()
+    assert records == (Started("job1/r1", "job1", "w1", 3, 1),)
+    assert image == ("snapshot of", (("job1", 1),), 1)
+    assert state == ((("job1", 1),),)
+    assert bookkeeping == ledger.bookkeeping()
+
+
+def test_a_lease_past_its_deadline_at_the_ledgers_clock_from_the_tick_it_runs_out():
+    """_past_deadline: a lease of 2 ticks taken at 1 has run out at 3, not at 2 (a timeout of L - 1/2 ticks)."""
+    ledger = PlainLedger(TimedJobs(), 1, guarded=False)
+    ledger.reserve("job1", "w1", 1, 2)
+    record = ledger.record("job1/r1")
+    ledger._now = 2
+    assert not ledger._past_deadline(record)
+    ledger._now = 3
+    assert ledger._past_deadline(record)
+
+
+def test_a_librarys_refusing_error_is_an_illegal_move_in_its_words():
+    """refused_by: the named error becomes IllegalMove(why: words); any other error passes through."""
+    with pytest.raises(IllegalMove, match="^finish job1: row 7 is not doing$"):
+        with refused_by(LookupError, "finish job1"):
+            raise IndexError("row 7 is not doing")
+    with pytest.raises(IllegalMove, match="^finish job1: first line$"):
+        with refused_by(LookupError, "finish job1", words=lambda error: str(error.args[0]).splitlines()[0]):
+            raise LookupError("first line\nsecond")
+    with pytest.raises(ZeroDivisionError):
+        with refused_by(LookupError, "finish job1"):
+            raise ZeroDivisionError

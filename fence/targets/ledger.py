@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, TypeVar
 
-from fence.base.errors import IllegalMove, StaleAttempt
+from fence.base.errors import IllegalMove, PluginBroken, StaleAttempt
 from fence.model.ledger import HOLDING_STATES, Move, Reservation, ReservationState
 from fence.model.restore import Restorable
 from fence.targets.model_time import ModelTime
@@ -96,6 +96,9 @@ class TargetLedger(Restorable):
     def __init__(self, session, capacity: int, *, guarded: bool, time: ModelTime | None = None) -> None:
         self.capacity = capacity
         self.guarded = guarded
+        if time is None and getattr(session, "time", None) is None:
+            raise PluginBroken(f"{type(self).__name__} has no model time: pass time=ModelTime(...) to "
+                               "TargetLedger's constructor, or give its session a time (RedisSession's has one)")
         self.time = session.time if time is None else time
         self._session = session
         self._now = 0.0
@@ -118,7 +121,8 @@ class TargetLedger(Restorable):
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
         self._answers: dict[str, object] = {}
         """What the server answered since the last call that may change it (``_answered``)."""
-        self._restoring(session.restorer)  # the server as it is now: the storage emptied it for this world
+        if getattr(session, "restorer", None) is not None:  # the server as it is now: emptied for this world
+            self._restoring(session.restorer)
 
     def _restoring(self, restorer) -> None:
         """Adopt the server's state as this ledger's image, once: the constructor does it (a subclass written
