@@ -32,9 +32,11 @@ Writing a target of your own needs only this package's public modules:
     the target ledger protocol with every required member, the base classes
     ``TargetLedger`` and ``TargetStorage`` (a ledger from four methods of
     yours: its records, a record's state, the system's expiry query, its
-    completion call), ``ModelTime`` (a tick in the server's seconds, a lease as
-    a timeout), the "accepted" helpers for systems that refuse nothing
-    (``only_if_it_moves``, ``refused_unless``), the rule that one janitor call
+    completion call; ``Taken`` the record to subclass, ``STATE`` its own state
+    for the default ``snapshot()``), ``ModelTime`` (a tick in the server's
+    seconds, a lease as a timeout), the "accepted" helpers for systems that
+    refuse nothing (``only_if_it_moves``, ``refused_unless``) or refuse by
+    raising (``refused_by``), the rule that one janitor call
     touches one reservation, and the restore machinery the explorer copies a
     ledger by (``Restorable``, ``Restorer``, ``reads``, ``writes``);
 ``fence.targets.images``
