@@ -148,12 +148,15 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
         self.concrete: dict[tuple, list] = {}
-        """(job, detail, context) -> the job's [rank, job index, relative action, action, move, meant]:
-        made once, with each step's ``move`` filled in once the step memo has it (the memo key is the
-        detail, the context and the relative action, all fixed for the list), and ``meant`` (job,
-        relative action) for a janitor's step, else None (``last_meant``)."""
+        """(job, detail, context) -> the job's [rank, job index, relative action, action, move, meant, before,
+        sum_change]: made once, with each step's ``move`` filled in once the step memo has it (the memo key
+        is the detail, the context and the relative action, all fixed for the list), ``meant`` (job,
+        relative action) for a janitor's step, else None (``last_meant``), and, with the move, what the
+        step adds to the fingerprint's sum from the job's part ``before`` (``answer_item``): the job's
+        part is read from its detail and the clock, so ``before`` is the part of every state the list is
+        for, and the fast path of ``successors`` checks that it is."""
         self.tick_actions: dict[int, list] = {}
-        """The clock -> its ticks, as [rank, -1, None, action, None, None]."""
+        """The clock -> its ticks, as [rank, -1, None, action, None, None, None, None]."""
         self.promised_after: dict[tuple, tuple] = {}
         """(abandon promises, job, promises its step added) -> the promises after (``promises_after``)."""
         self.readings: dict[int, tuple[int, bool]] = {}
@@ -236,7 +239,8 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
             self.enabled[enabled_key(detail, shared)] = tuple(
                 (_RANK[action.kind], relative, getattr(action, "janitor", 0)) for action, relative in per_job[job]
             )
-        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None] for action, _ in per_job[None]]
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None, None, None]
+                                        for action, _ in per_job[None]]
 
     def meant_of(self, entry: Entry):
         """What the janitor's step into ``entry`` was meant to do (``translate``), else None."""
@@ -267,7 +271,7 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                         break
                     mine = concrete[(job, detail, shared)] = [
                         [rank, index, relative, concrete_action(job, relative, janitor), None,
-                         (job, relative) if relative[0] in JANITOR_KINDS else None]
+                         (job, relative) if relative[0] in JANITOR_KINDS else None, None, None]
                         for rank, relative, janitor in learned
                     ]
                 merged += mine
@@ -287,72 +291,127 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         """
         steps = self.steps
         check_every = steps.check_every
-        tick_moves = self.tick_moves
         # The fingerprints (fence.explore.visited.KeySums): a child's is its parent's sum with a number or two swapped.
+        fingerprint = self.fingerprint
+        part_numbers = fingerprint.parts
+        details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
+        here = fingerprint.clock[shared[0]] + fingerprint.promises[abandoned]
+        for table, part in zip(part_numbers, parts):
+            here += table[part]
+        for item in self.actions_of(entry):
+            # The loop runs once per transition: most are a job's step the memo answers, into a state
+            # visited already, which costs one addition, one lookup and a yield (``concrete``'s ``sum_change``).
+            _rank, index, relative, action, answer, meant, before, sum_change = item
+            if index < 0 or check_every:
+                yield from self.slow_successor(item, entry, here, visited, known, reached)
+                continue
+            if answer is None:
+                answer = self.answer_item(item, parts, details, shared)
+                if answer is None:
+                    yield from self.slow_successor(item, entry, here, visited, known, reached)
+                    continue
+                before, sum_change = item[6], item[7]
+            if sum_change is None or before != parts[index]:
+                yield from self.slow_successor(item, entry, here, visited, known, reached)
+                continue
+            key = (here + sum_change) % KEY_PRIME
+            got = answer[4]
+            if got:
+                for name, count in got.items():
+                    reached[name] += count
+            findings = answer[3]
+            if key in visited:
+                if findings:
+                    self.last_meant = meant
+                    yield action, None, key, [
+                        inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                    ]
+                else:
+                    yield action, None, key, ()
+            else:
+                self.last_meant = meant
+                child = Entry(details[:index] + (answer[1],) + details[index + 1:],
+                              parts[:index] + (answer[0],) + parts[index + 1:], abandoned,
+                              answer[5], None, entry, action, self.jobs[index], relative)
+                yield action, child, key, self.judge_new(child, findings, known)
+
+    def answer_item(self, item: list, parts: tuple, details: tuple, shared: tuple) -> tuple | None:
+        """Fill in ``item``'s step memo answer (``move``) and, unless the step adds abandon promises, what it
+        adds to the fingerprint's sum from ``parts`` (``_ITEM``); the answer, or None if not learned."""
+        index = item[1]
+        answer = item[4] = self.move((details[index], shared, item[2]))
+        if answer is not None and not answer[2]:
+            table = self.fingerprint.parts[index]
+            item[6] = parts[index]
+            item[7] = table[answer[0]] - table[parts[index]]
+        return answer
+
+    def slow_successor(self, item: list, entry: Entry, here: int, visited, known, reached: Counter):
+        """One transition out of ``entry`` the fast path of ``successors`` does not take: a tick, a step that
+        adds abandon promises, one the memo has not learned, or any with memo checks on."""
+        steps = self.steps
+        check_every = steps.check_every
+        tick_moves = self.tick_moves
         fingerprint = self.fingerprint
         clock_numbers, promise_numbers, part_numbers = fingerprint.clock, fingerprint.promises, fingerprint.parts
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
         promised = promise_numbers[abandoned]
-        here = clock_numbers[now] + promised
-        for table, part in zip(part_numbers, parts):
-            here += table[part]
-        for item in self.actions_of(entry):
-            _rank, index, relative, action, answer, meant = item
-            self.last_meant = meant
-            key = None
-            checking = False
-            if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
-                by = action.by
-                new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
-                if None in new_parts:
-                    new_parts = self.tick_move(parts, now, by)
-                if new_parts is not None:
-                    key = clock_numbers[now + by] + promised
-                    for table, part in zip(part_numbers, new_parts):
-                        key += table[part]
-                    key %= KEY_PRIME
-                    checking = check_every and steps.should_check()
-                    if not checking:
-                        if key in visited:
-                            yield action, None, key, ()
-                        else:
-                            child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
-                                          entry, action, None, None)
-                            yield action, child, key, self.judge_new(child, (), known)
-                        continue
-                yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
-                continue
-            if answer is None:
-                answer = item[4] = self.move((details[index], shared, relative))
-            if answer is not None:
-                part, detail, added, findings, got, after = answer
-                table = part_numbers[index]
-                key = here - table[parts[index]] + table[part]
-                if added:
-                    new_abandoned = self.promises_after(abandoned, self.jobs[index], added)
-                    key += promise_numbers[new_abandoned] - promised
-                else:
-                    new_abandoned = abandoned
+        _rank, index, relative, action, answer, meant, _before, _sum_change = item
+        self.last_meant = meant
+        key = None
+        checking = False
+        if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
+            by = action.by
+            new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
+            if None in new_parts:
+                new_parts = self.tick_move(parts, now, by)
+            if new_parts is not None:
+                key = clock_numbers[now + by] + promised
+                for table, part in zip(part_numbers, new_parts):
+                    key += table[part]
                 key %= KEY_PRIME
                 checking = check_every and steps.should_check()
                 if not checking:
-                    if got:
-                        for name, count in got.items():
-                            reached[name] += count
                     if key in visited:
-                        yield action, None, key, [
-                            inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
-                        ] if findings else ()
+                        yield action, None, key, ()
                     else:
-                        child = Entry(details[:index] + (detail,) + details[index + 1:],
-                                      parts[:index] + (part,) + parts[index + 1:], new_abandoned,
-                                      after, None, entry, action, self.jobs[index], relative)
-                        yield action, child, key, self.judge_new(child, findings, known)
-                    continue
-            memo_key = (details[index], shared, relative)
-            yield self.real_step(entry, index, self.jobs[index], relative, action, memo_key,
-                                 steps.answers.get(memo_key), checking, key, visited, known, reached)
+                        child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
+                                      entry, action, None, None)
+                        yield action, child, key, self.judge_new(child, (), known)
+                    return
+            yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
+            return
+        if answer is None:
+            answer = self.answer_item(item, parts, details, shared)
+        if answer is not None:
+            part, detail, added, findings, got, after = answer
+            table = part_numbers[index]
+            key = here - table[parts[index]] + table[part]
+            if added:
+                new_abandoned = self.promises_after(abandoned, self.jobs[index], added)
+                key += promise_numbers[new_abandoned] - promised
+            else:
+                new_abandoned = abandoned
+            key %= KEY_PRIME
+            checking = check_every and steps.should_check()
+            if not checking:
+                if got:
+                    for name, count in got.items():
+                        reached[name] += count
+                if key in visited:
+                    yield action, None, key, [
+                        inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                    ] if findings else ()
+                else:
+                    child = Entry(details[:index] + (detail,) + details[index + 1:],
+                                  parts[:index] + (part,) + parts[index + 1:], new_abandoned,
+                                  after, None, entry, action, self.jobs[index], relative)
+                    yield action, child, key, self.judge_new(child, findings, known)
+                return
+        memo_key = (details[index], shared, relative)
+        yield self.real_step(entry, index, self.jobs[index], relative, action, memo_key,
+                             steps.answers.get(memo_key), checking, key, visited, known, reached)
 
     def promises_after(self, abandoned: tuple, job: str, added: tuple) -> tuple:
         """The abandon promises after a step of ``job`` added ``added`` (relative to it), sorted as the key's."""
