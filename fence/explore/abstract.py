@@ -295,15 +295,39 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         fingerprint = self.fingerprint
         part_numbers = fingerprint.parts
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
-        here = fingerprint.clock[shared[0]] + fingerprint.promises[abandoned]
+        now = shared[0]
+        clock_numbers = fingerprint.clock
+        promised = fingerprint.promises[abandoned]
+        here = clock_numbers[now] + promised
         for table, part in zip(part_numbers, parts):
             here += table[part]
+        tick_moves = self.tick_moves
         for item in self.actions_of(entry):
             # The loop runs once per transition: most are a job's step the memo answers, into a state
             # visited already, which costs one addition, one lookup and a yield (``concrete``'s ``sum_change``).
             _rank, index, relative, action, answer, meant, before, sum_change = item
-            if index < 0 or check_every:
+            if check_every:
                 yield from self.slow_successor(item, entry, here, visited, known, reached)
+                continue
+            if index < 0:  # a tick: every part moves with the clock, nothing else but the clock changes
+                by = action.by
+                new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
+                if None in new_parts:
+                    new_parts = self.tick_move(parts, now, by)
+                    if new_parts is None:
+                        yield from self.slow_successor(item, entry, here, visited, known, reached)
+                        continue
+                key = clock_numbers[now + by] + promised
+                for table, part in zip(part_numbers, new_parts):
+                    key += table[part]
+                key %= KEY_PRIME
+                if key in visited:
+                    yield action, None, key, ()
+                else:
+                    self.last_meant = None
+                    child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
+                                  entry, action, None, None)
+                    yield action, child, key, self.judge_new(child, (), known)
                 continue
             if answer is None:
                 answer = self.answer_item(item, parts, details, shared)
