@@ -120,6 +120,13 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
     only_new_children = True
     """``successors`` yields a child only for a key not in ``visited`` (looked up there just before)."""
 
+    quiet: int | None = None
+    """None: ``successors`` yields every transition (the partitioned walk numbers them by place); a count
+    (``walk`` sets 0): it yields no transition into a visited state that broke nothing, and adds it here
+    instead, before its next yield and at its end, so a walk stopped at any yield has counted the
+    transitions before it, as when they were yielded. Most transitions are such, and a yield each was
+    a tenth of the walk."""
+
     numbering = PartNumbers
     """How key parts are numbered: in the order met (one process); ``fence.explore.partitioned`` numbers them by
     content, so that every process gives a state the same fingerprint."""
@@ -302,10 +309,15 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         for table, part in zip(part_numbers, parts):
             here += table[part]
         tick_moves = self.tick_moves
+        counting = self.quiet is not None
+        quiet = 0
         for item in self.actions_of(entry):
             # The loop runs once per transition: most are a job's step the memo answers, into a state
             # visited already, which costs one addition, one lookup and a yield (``concrete``'s ``sum_change``).
             _rank, index, relative, action, answer, meant, before, sum_change = item
+            if quiet:  # counted before anything is yielded (see ``quiet``)
+                self.quiet += quiet
+                quiet = 0
             if check_every:
                 yield from self.slow_successor(item, entry, here, visited, known, reached)
                 continue
@@ -322,7 +334,10 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                     key += table[part]
                 key %= KEY_PRIME
                 if key in visited:
-                    yield action, None, key, ()
+                    if counting:
+                        quiet += 1
+                    else:
+                        yield action, None, key, ()
                 else:
                     self.last_meant = None
                     child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
@@ -350,6 +365,8 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                     yield action, None, key, [
                         inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
                     ]
+                elif counting:
+                    quiet += 1
                 else:
                     yield action, None, key, ()
             else:
@@ -358,6 +375,8 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                               parts[:index] + (answer[0],) + parts[index + 1:], abandoned,
                               answer[5], None, entry, action, self.jobs[index], relative)
                 yield action, child, key, self.judge_new(child, findings, known)
+        if quiet:
+            self.quiet += quiet
 
     def answer_item(self, item: list, parts: tuple, details: tuple, shared: tuple) -> tuple | None:
         """Fill in ``item``'s step memo answer (``move``) and, unless the step adds abandon promises, what it

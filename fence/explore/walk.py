@@ -347,9 +347,15 @@ def walk(
             return None
         finally:
             result.transitions += taken
+            if counts_quiet:  # the transitions into visited states that broke nothing (``AbstractWalk.quiet``)
+                result.transitions += strategy.quiet
+                strategy.quiet = 0
 
     budgeted = time_budget is not None or max_states is not None
     only_new_children = getattr(strategy, "only_new_children", False)
+    counts_quiet = isinstance(strategy, AbstractWalk)
+    if counts_quiet:
+        strategy.quiet = 0
     check_teardown(0, strategy.root)
     frontier = Frontier(strategy.width, frontier_budget)
     frontier.append(strategy.encode(0, strategy.root))
