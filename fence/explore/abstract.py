@@ -155,7 +155,7 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
         self.concrete: dict[tuple, list] = {}
-        """(job, detail, context) -> the job's [rank, job index, relative action, action, move, meant, before,
+        """(job index, detail, context) -> the job's [rank, job index, relative action, action, move, meant, before,
         sum_change]: made once, with each step's ``move`` filled in once the step memo has it (the memo key
         is the detail, the context and the relative action, all fixed for the list), ``meant`` (job,
         relative action) for a janitor's step, else None (``last_meant``), and, with the move, what the
@@ -269,14 +269,15 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         if merged is not None:
             merged = list(merged)
             concrete, enabled = self.concrete, self.enabled
-            for index, (job, detail) in enumerate(zip(self.jobs, entry.details)):
-                mine = concrete.get((job, detail, shared))
+            for index, detail in enumerate(entry.details):
+                mine = concrete.get((index, detail, shared))
                 if mine is None:
                     learned = enabled.get(enabled_key(detail, shared))
                     if learned is None:
                         merged = None
                         break
-                    mine = concrete[(job, detail, shared)] = [
+                    job = self.jobs[index]
+                    mine = concrete[(index, detail, shared)] = [
                         [rank, index, relative, concrete_action(job, relative, janitor), None,
                          (job, relative) if relative[0] in JANITOR_KINDS else None, None, None]
                         for rank, relative, janitor in learned
@@ -525,12 +526,16 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         The findings the step recorded, and invariant 3's present: more live writers than
         units, summed over the jobs' readings (``readings``, else the memo's for ``child``).
         """
-        broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
+        broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                  ] if findings else []
         name = self.present_judged
         if name is not None and name not in known and name not in broken:
             if readings is None:
                 readings = self.readings_of(child)
-            if sum(reading[0] for reading in readings) > self.capacity:
+            writers = 0
+            for reading in readings:
+                writers += reading[0]
+            if writers > self.capacity:
                 broken.append(name)
         return broken
 
@@ -558,11 +563,15 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         if not judge.invariants:
             return (), True
         if entry.world is None:
-            readings = self.readings_of(entry)
+            in_flight = False
+            for reading in self.readings_of(entry):
+                if reading[1]:
+                    in_flight = True
+                    break
             now, _draining, free, held = entry.shared
             answer, learn = judge.lookup(
-                list(entry.details), self.jobs, now, free, held, entry.abandoned,
-                any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
+                entry.details, self.jobs, now, free, held, entry.abandoned, in_flight,
+                lambda: (now, entry.parts, entry.abandoned),
             )
             if answer is not None:
                 if self.steps.check_every and self.steps.should_check():

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from fence.explore import transitions
 from fence.model.invariants import Invariant
 from fence.explore.state_key import state_key
 from fence.explore.transitions import MemoMismatch
-from fence.explore.visited import Fingerprints, of_plain
+from fence.explore.visited import KEY_PRIME, Fingerprints, of_plain
 from fence.model.world import World
 
 
@@ -103,7 +103,7 @@ class DrainJudge:
             lambda: self.first_round_key(state_key(world)),
         )
 
-    def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
+    def lookup(self, details: Sequence[int], jobs: list[str], now: int, free: int, held: int, abandoned,
                in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, Missed | None]:
         """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
         order), the context, the abandon promises, whether messages are in flight, and (asked
@@ -114,15 +114,21 @@ class DrainJudge:
         state: it need not look up again the keys that just missed."""
         shared = (now, True, free, held)
         get = self.halves.get
-        # Called once per new state: one pass over the jobs, no generators.
+        sums = self.sums
+        # Called once per new state: one pass over the jobs, no generators. With ``sums`` the halfway
+        # key's fingerprint is summed in the same pass, as ``first_round_fingerprint`` sums it.
+        tables = sums.parts if sums is not None else None
         parts = []
+        total = 0
         stepped = added = False
-        for detail in details:
+        for position, detail in enumerate(details):
             half = get((detail, shared))
             if half is None:
                 parts = None
                 break
             parts.append(half[0])
+            if tables is not None:
+                total += tables[position][half[0]]
             if half[1]:
                 stepped = True
             if half[2]:
@@ -135,8 +141,11 @@ class DrainJudge:
                 abandoned = set(abandoned)
                 for job, detail in zip(jobs, details):
                     abandoned.update(job + i for i in get((detail, shared))[2])
-            halfway = (now, tuple(parts), tuple(sorted(abandoned)) if abandoned else ())
-            halfway_key = self.first_round_fingerprint(halfway, self.FIRST_ROUND_HALFWAY)
+            promises = tuple(sorted(abandoned)) if abandoned else ()
+            if tables is not None:
+                halfway_key = (total + sums.clock[now] + sums.promises[(promises, self.FIRST_ROUND_HALFWAY)]) % KEY_PRIME
+            else:
+                halfway_key = self.first_round_fingerprint((now, tuple(parts), promises), self.FIRST_ROUND_HALFWAY)
             answer = self.memo.get(halfway_key)
             if answer is not None:
                 return answer, None
