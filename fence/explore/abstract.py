@@ -88,12 +88,14 @@ from operator import itemgetter
 
 from fence.explore import transitions
 from fence.explore.abstract_checks import MemoChecks
-from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action, translate
+from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action
+from fence.explore.abstract_state import translate  # noqa: F401  (tests import it from here)
+from fence.explore.abstract_steps import MemoSteps
 from fence.explore.abstract_worlds import WorldsOfEntries
 from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
 from fence.explore.state_key import state_key, up_to_janitors
-from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
+from fence.explore.transitions import MemoMismatch, relative_action
 from fence.explore.visited import KEY_PRIME, KeySums
 from fence.model.rules import ACTION_KINDS
 from fence.model.world import Action, World
@@ -114,7 +116,7 @@ def readings_key(detail: int) -> int:
 
 
 
-class AbstractWalk(WorldsOfEntries, MemoChecks):
+class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
     only_new_children = True
@@ -154,9 +156,9 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         self.jobs = root.jobs
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
-        self.concrete: dict[tuple, list] = {}
-        """(job index, detail, context) -> the job's [rank, job index, relative action, action, move, meant, before,
-        sum_change]: made once, with each step's ``move`` filled in once the step memo has it (the memo key
+        self.concrete: dict[tuple, list[dict]] = {}
+        """context -> per job index, detail -> the job's [rank, job index, relative action, action, move,
+        meant, before, sum_change]: made once, with each step's ``move`` filled in once the step memo has it (the memo key
         is the detail, the context and the relative action, all fixed for the list), ``meant`` (job,
         relative action) for a janitor's step, else None (``last_meant``), and, with the move, what the
         step adds to the fingerprint's sum from the job's part ``before`` (``answer_item``): the job's
@@ -200,14 +202,6 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         """The root's key by its fingerprint (``fingerprint``)."""
         root = self.root
         return self.fingerprint(root.shared[0], root.parts, root.abandoned)
-
-    def move(self, memo_key: tuple) -> tuple | None:
-        """The step memo's answer for ``memo_key``, with the new part by number; None if not learned."""
-        answer = self.steps.answers.get(memo_key)
-        if answer is None:
-            return None
-        part, detail, added, findings, got, after = answer
-        return (self.number(part), detail, added, findings, got, after)
 
     def entry_of(self, world: World, parent, action, job, relative) -> Entry:
         state_key(world, self.symmetry)  # fills the parts in world.job_memo
@@ -268,16 +262,18 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         merged = self.tick_actions.get(shared[0])
         if merged is not None:
             merged = list(merged)
-            concrete, enabled = self.concrete, self.enabled
+            per_job = self.concrete.get(shared)  # the context hashed once per state, not once per job
+            if per_job is None:
+                per_job = self.concrete[shared] = [{} for _job in self.jobs]
             for index, detail in enumerate(entry.details):
-                mine = concrete.get((index, detail, shared))
+                mine = per_job[index].get(detail)
                 if mine is None:
-                    learned = enabled.get(enabled_key(detail, shared))
+                    learned = self.enabled.get(enabled_key(detail, shared))
                     if learned is None:
                         merged = None
                         break
                     job = self.jobs[index]
-                    mine = concrete[(index, detail, shared)] = [
+                    mine = per_job[index][detail] = [
                         [rank, index, relative, concrete_action(job, relative, janitor), None,
                          (job, relative) if relative[0] in JANITOR_KINDS else None, None, None]
                         for rank, relative, janitor in learned
@@ -320,7 +316,7 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                 self.quiet += quiet
                 quiet = 0
             if check_every:
-                yield from self.slow_successor(item, entry, here, visited, known, reached)
+                yield self.slow_successor(item, entry, visited, known, reached)
                 continue
             if index < 0:  # a tick: every part moves with the clock, nothing else but the clock changes
                 by = action.by
@@ -328,7 +324,7 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                 if None in new_parts:
                     new_parts = self.tick_move(parts, now, by)
                     if new_parts is None:
-                        yield from self.slow_successor(item, entry, here, visited, known, reached)
+                        yield self.slow_successor(item, entry, visited, known, reached)
                         continue
                 key = clock_numbers[now + by] + promised
                 for table, part in zip(part_numbers, new_parts):
@@ -348,11 +344,11 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
             if answer is None:
                 answer = self.answer_item(item, parts, details, shared)
                 if answer is None:
-                    yield from self.slow_successor(item, entry, here, visited, known, reached)
+                    yield self.slow_successor(item, entry, visited, known, reached)
                     continue
                 before, sum_change = item[6], item[7]
             if sum_change is None or before != parts[index]:
-                yield from self.slow_successor(item, entry, here, visited, known, reached)
+                yield self.slow_successor(item, entry, visited, known, reached)
                 continue
             key = (here + sum_change) % KEY_PRIME
             got = answer[4]
@@ -378,147 +374,6 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
                 yield action, child, key, self.judge_new(child, findings, known)
         if quiet:
             self.quiet += quiet
-
-    def answer_item(self, item: list, parts: tuple, details: tuple, shared: tuple) -> tuple | None:
-        """Fill in ``item``'s step memo answer (``move``) and, unless the step adds abandon promises, what it
-        adds to the fingerprint's sum from ``parts`` (``_ITEM``); the answer, or None if not learned."""
-        index = item[1]
-        answer = item[4] = self.move((details[index], shared, item[2]))
-        if answer is not None and not answer[2]:
-            table = self.fingerprint.parts[index]
-            item[6] = parts[index]
-            item[7] = table[answer[0]] - table[parts[index]]
-        return answer
-
-    def slow_successor(self, item: list, entry: Entry, here: int, visited, known, reached: Counter):
-        """One transition out of ``entry`` the fast path of ``successors`` does not take: a tick, a step that
-        adds abandon promises, one the memo has not learned, or any with memo checks on."""
-        steps = self.steps
-        check_every = steps.check_every
-        tick_moves = self.tick_moves
-        fingerprint = self.fingerprint
-        clock_numbers, promise_numbers, part_numbers = fingerprint.clock, fingerprint.promises, fingerprint.parts
-        details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
-        now = shared[0]
-        promised = promise_numbers[abandoned]
-        _rank, index, relative, action, answer, meant, _before, _sum_change = item
-        self.last_meant = meant
-        key = None
-        checking = False
-        if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
-            by = action.by
-            new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
-            if None in new_parts:
-                new_parts = self.tick_move(parts, now, by)
-            if new_parts is not None:
-                key = clock_numbers[now + by] + promised
-                for table, part in zip(part_numbers, new_parts):
-                    key += table[part]
-                key %= KEY_PRIME
-                checking = check_every and steps.should_check()
-                if not checking:
-                    if key in visited:
-                        yield action, None, key, ()
-                    else:
-                        child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
-                                      entry, action, None, None)
-                        yield action, child, key, self.judge_new(child, (), known)
-                    return
-            yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
-            return
-        if answer is None:
-            answer = self.answer_item(item, parts, details, shared)
-        if answer is not None:
-            part, detail, added, findings, got, after = answer
-            table = part_numbers[index]
-            key = here - table[parts[index]] + table[part]
-            if added:
-                new_abandoned = self.promises_after(abandoned, self.jobs[index], added)
-                key += promise_numbers[new_abandoned] - promised
-            else:
-                new_abandoned = abandoned
-            key %= KEY_PRIME
-            checking = check_every and steps.should_check()
-            if not checking:
-                if got:
-                    for name, count in got.items():
-                        reached[name] += count
-                if key in visited:
-                    yield action, None, key, [
-                        inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
-                    ] if findings else ()
-                else:
-                    child = Entry(details[:index] + (detail,) + details[index + 1:],
-                                  parts[:index] + (part,) + parts[index + 1:], new_abandoned,
-                                  after, None, entry, action, self.jobs[index], relative)
-                    yield action, child, key, self.judge_new(child, findings, known)
-                return
-        memo_key = (details[index], shared, relative)
-        yield self.real_step(entry, index, self.jobs[index], relative, action, memo_key,
-                             steps.answers.get(memo_key), checking, key, visited, known, reached)
-
-    def promises_after(self, abandoned: tuple, job: str, added: tuple) -> tuple:
-        """The abandon promises after a step of ``job`` added ``added`` (relative to it), sorted as the key's."""
-        after = self.promised_after.get((abandoned, job, added))
-        if after is None:
-            after = self.promised_after[(abandoned, job, added)] = tuple(sorted(set(abandoned).union(
-                job + identity for identity in added)))
-        return after
-
-    def tick_move(self, parts: tuple, now: int, by: int) -> tuple | None:
-        """The parts after a tick from the tick memo, by number; None if it has not learned one of them."""
-        learned = self.ticks.parts
-        moved = []
-        for number in parts:
-            after = learned.get((self.parts_by_number[number], now, by))
-            if after is None:
-                return None
-            moved.append(self.tick_moves.setdefault((number, now, by), self.number(after)))
-        return tuple(moved)
-
-    def real_step(self, entry: Entry, index, job, relative, action, memo_key, answer, checking, abstract_key,
-                  visited, known, reached: Counter) -> tuple:
-        """The step taken on the entry's World, as ``_memo_successors`` takes it: learning what was missing."""
-        world = self.world_of(entry)
-        action = translate(world, action, job, relative)
-        child = world.clone(history=False)
-        child.apply(action)
-        steps, symmetry = self.steps, self.symmetry
-        if job is None:  # a tick
-            child_key = state_key(child, symmetry)
-            self.ticks.learn({name: self.parts_by_number[part] for name, part in zip(self.jobs, entry.parts)},
-                             world.now, action.by, child)
-            if checking:
-                findings, got = facts_of(child)
-                fresh = child.clone(history=False)
-                fresh.job_memo = {}
-                again = tuple(steps.intern(d) for d in transitions.job_details(fresh, self.jobs).values())
-                if findings or got or again != entry.details:
-                    raise MemoMismatch(f"the tick memo answered {action} differently from the model")
-            for name, detail in zip(self.jobs, entry.details):
-                child.job_memo[DETAIL + name] = detail
-        else:
-            findings, got = facts_of(child)
-            if answer is None:
-                answer = steps.learn(memo_key, job, world, child, findings, got)
-            elif checking:
-                steps.verify(memo_key, answer, job, world, child, findings, got)
-            child.job_memo[job] = answer[0]
-            child.job_memo[DETAIL + job] = answer[1]
-            child_key = state_key(child, symmetry)
-        memo = child.job_memo
-        child_key = self.fingerprint(child_key[0], tuple([self.number(memo[job]) for job in self.jobs]), child_key[2])
-        if checking and child_key != abstract_key:
-            raise MemoMismatch(f"the memos' key after {action} differs from the model's")
-        broken = self.judge_step(child, known, reached)
-        if child_key in visited:
-            return action, None, child_key, broken
-        if checking:  # before entry_of learns this World's readings: judge it as the memos would
-            self.check_judgement(entry, index, action, answer, child, broken, known)
-        made = self.entry_of(child, entry, action, job, relative)
-        if checking and (made.details, made.shared, made.abandoned) != self.abstract_child(entry, index, action, answer):
-            raise MemoMismatch(f"the memos' state after {action} differs from the model's")
-        return action, made, child_key, broken
 
     def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
         """The step invariants a transition into the new state ``child`` broke, without its World.
