@@ -305,51 +305,50 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
         here = clock_numbers[now] + promised
         for table, part in zip(part_numbers, parts):
             here += table[part]
+        if check_every:  # every transition the long way, each memo answer counted for the check
+            for item in self.actions_of(entry):
+                yield self.slow_successor(item, entry, visited, known, reached)
+            return
         tick_moves = self.tick_moves
         counting = self.quiet is not None
         quiet = 0
         for item in self.actions_of(entry):
             # The loop runs once per transition: most are a job's step the memo answers, into a state
-            # visited already, which costs one addition, one lookup and a yield (``concrete``'s ``sum_change``).
+            # visited already, which costs one test, one addition, one lookup (``concrete``'s ``sum_change``).
             _rank, index, relative, action, answer, meant, before, sum_change = item
-            if quiet:  # counted before anything is yielded (see ``quiet``)
-                self.quiet += quiet
-                quiet = 0
-            if check_every:
-                yield self.slow_successor(item, entry, visited, known, reached)
-                continue
-            if index < 0:  # a tick: every part moves with the clock, nothing else but the clock changes
-                by = action.by
-                new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
-                if None in new_parts:
-                    new_parts = self.tick_move(parts, now, by)
-                    if new_parts is None:
-                        yield self.slow_successor(item, entry, visited, known, reached)
-                        continue
-                key = clock_numbers[now + by] + promised
-                for table, part in zip(part_numbers, new_parts):
-                    key += table[part]
-                key %= KEY_PRIME
-                if key in visited:
-                    if counting:
-                        quiet += 1
+            if before != parts[index]:  # not that: a tick (``before`` is None), or not answered for this part yet
+                if quiet:  # counted before anything is yielded (see ``quiet``)
+                    self.quiet += quiet
+                    quiet = 0
+                if index < 0:  # a tick: every part moves with the clock, nothing else but the clock changes
+                    by = action.by
+                    new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
+                    if None in new_parts:
+                        new_parts = self.tick_move(parts, now, by)
+                        if new_parts is None:
+                            yield self.slow_successor(item, entry, visited, known, reached)
+                            continue
+                    key = clock_numbers[now + by] + promised
+                    for table, part in zip(part_numbers, new_parts):
+                        key += table[part]
+                    key %= KEY_PRIME
+                    if key in visited:
+                        if counting:
+                            quiet += 1
+                        else:
+                            yield action, None, key, ()
                     else:
-                        yield action, None, key, ()
-                else:
-                    self.last_meant = None
-                    child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
-                                  entry, action, None, None)
-                    yield action, child, key, self.judge_new(child, (), known)
-                continue
-            if answer is None:
-                answer = self.answer_item(item, parts, details, shared)
+                        self.last_meant = None
+                        child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
+                                      entry, action, None, None)
+                        yield action, child, key, self.judge_new(child, (), known)
+                    continue
                 if answer is None:
+                    answer = self.answer_item(item, parts, details, shared)
+                    before, sum_change = item[6], item[7]
+                if answer is None or sum_change is None or before != parts[index]:
                     yield self.slow_successor(item, entry, visited, known, reached)
                     continue
-                before, sum_change = item[6], item[7]
-            if sum_change is None or before != parts[index]:
-                yield self.slow_successor(item, entry, visited, known, reached)
-                continue
             key = (here + sum_change) % KEY_PRIME
             got = answer[4]
             if got:
@@ -358,6 +357,9 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
             findings = answer[3]
             if key in visited:
                 if findings:
+                    if quiet:
+                        self.quiet += quiet
+                        quiet = 0
                     self.last_meant = meant
                     yield action, None, key, [
                         inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
@@ -367,6 +369,9 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
                 else:
                     yield action, None, key, ()
             else:
+                if quiet:
+                    self.quiet += quiet
+                    quiet = 0
                 self.last_meant = meant
                 child = Entry(details[:index] + (answer[1],) + details[index + 1:],
                               parts[:index] + (answer[0],) + parts[index + 1:], abandoned,

@@ -53,6 +53,8 @@ class DrainJudge:
         """The walk's step memo (``fence.explore.transitions.StepMemo``), or None: see ``_from_memos``."""
         self.halves: dict[tuple, tuple] = {}
         """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
+        self._halves_by_context: dict[tuple, dict] = {}
+        """The same answers by context, then detail, as ``lookup`` reads them (a copy it fills)."""
         self.number: Callable[[tuple], int] | None = None
         """The abstract walk's numbering of key parts (``fence.explore.abstract``), or None: with it, the
         first round's memo keys and ``halves`` name each part by its number (equal numbers,
@@ -114,6 +116,11 @@ class DrainJudge:
         state: it need not look up again the keys that just missed."""
         shared = (now, True, free, held)
         get = self.halves.get
+        # ``halves`` by context, then detail: the context hashed once per state, not once per job. Filled
+        # from ``halves`` as it is asked (others write ``halves``: ``_learn_halves``, a partitioned walk).
+        by_detail = self._halves_by_context.get(shared)
+        if by_detail is None:
+            by_detail = self._halves_by_context[shared] = {}
         sums = self.sums
         # Called once per new state: one pass over the jobs, no generators. With ``sums`` the halfway
         # key's fingerprint is summed in the same pass, as ``first_round_fingerprint`` sums it.
@@ -122,10 +129,13 @@ class DrainJudge:
         total = 0
         stepped = added = False
         for position, detail in enumerate(details):
-            half = get((detail, shared))
+            half = by_detail.get(detail)
             if half is None:
-                parts = None
-                break
+                half = get((detail, shared))
+                if half is None:
+                    parts = None
+                    break
+                by_detail[detail] = half
             parts.append(half[0])
             if tables is not None:
                 total += tables[position][half[0]]
