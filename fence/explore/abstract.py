@@ -88,12 +88,14 @@ from operator import itemgetter
 
 from fence.explore import transitions
 from fence.explore.abstract_checks import MemoChecks
-from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action, translate
+from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action
+from fence.explore.abstract_state import translate  # noqa: F401  (tests import it from here)
+from fence.explore.abstract_steps import MemoSteps
 from fence.explore.abstract_worlds import WorldsOfEntries
 from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
 from fence.explore.state_key import state_key, up_to_janitors
-from fence.explore.transitions import DETAIL, MemoMismatch, facts_of, relative_action
+from fence.explore.transitions import MemoMismatch, relative_action
 from fence.explore.visited import KEY_PRIME, KeySums
 from fence.model.rules import ACTION_KINDS
 from fence.model.world import Action, World
@@ -114,11 +116,18 @@ def readings_key(detail: int) -> int:
 
 
 
-class AbstractWalk(WorldsOfEntries, MemoChecks):
+class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
     """The memos of one ``explore`` walk that spare building Worlds, and the walk's steps through them."""
 
     only_new_children = True
     """``successors`` yields a child only for a key not in ``visited`` (looked up there just before)."""
+
+    quiet: int | None = None
+    """None: ``successors`` yields every transition (the partitioned walk numbers them by place); a count
+    (``walk`` sets 0): it yields no transition into a visited state that broke nothing, and adds it here
+    instead, before its next yield and at its end, so a walk stopped at any yield has counted the
+    transitions before it, as when they were yielded. Most transitions are such, and a yield each was
+    a tenth of the walk."""
 
     numbering = PartNumbers
     """How key parts are numbered: in the order met (one process); ``fence.explore.partitioned`` numbers them by
@@ -147,13 +156,16 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         self.jobs = root.jobs
         self.enabled: dict[tuple, tuple] = {}
         """``enabled_key`` -> the job's (rank, relative action, janitor) in the World's order."""
-        self.concrete: dict[tuple, list] = {}
-        """(job, detail, context) -> the job's [rank, job index, relative action, action, move, meant]:
-        made once, with each step's ``move`` filled in once the step memo has it (the memo key is the
-        detail, the context and the relative action, all fixed for the list), and ``meant`` (job,
-        relative action) for a janitor's step, else None (``last_meant``)."""
+        self.concrete: dict[tuple, list[dict]] = {}
+        """context -> per job index, detail -> the job's [rank, job index, relative action, action, move,
+        meant, before, sum_change]: made once, with each step's ``move`` filled in once the step memo has it (the memo key
+        is the detail, the context and the relative action, all fixed for the list), ``meant`` (job,
+        relative action) for a janitor's step, else None (``last_meant``), and, with the move, what the
+        step adds to the fingerprint's sum from the job's part ``before`` (``answer_item``): the job's
+        part is read from its detail and the clock, so ``before`` is the part of every state the list is
+        for, and the fast path of ``successors`` checks that it is."""
         self.tick_actions: dict[int, list] = {}
-        """The clock -> its ticks, as [rank, -1, None, action, None, None]."""
+        """The clock -> its ticks, as [rank, -1, None, action, None, None, None, None]."""
         self.promised_after: dict[tuple, tuple] = {}
         """(abandon promises, job, promises its step added) -> the promises after (``promises_after``)."""
         self.readings: dict[int, tuple[int, bool]] = {}
@@ -190,14 +202,6 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         """The root's key by its fingerprint (``fingerprint``)."""
         root = self.root
         return self.fingerprint(root.shared[0], root.parts, root.abandoned)
-
-    def move(self, memo_key: tuple) -> tuple | None:
-        """The step memo's answer for ``memo_key``, with the new part by number; None if not learned."""
-        answer = self.steps.answers.get(memo_key)
-        if answer is None:
-            return None
-        part, detail, added, findings, got, after = answer
-        return (self.number(part), detail, added, findings, got, after)
 
     def entry_of(self, world: World, parent, action, job, relative) -> Entry:
         state_key(world, self.symmetry)  # fills the parts in world.job_memo
@@ -236,7 +240,8 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
             self.enabled[enabled_key(detail, shared)] = tuple(
                 (_RANK[action.kind], relative, getattr(action, "janitor", 0)) for action, relative in per_job[job]
             )
-        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None] for action, _ in per_job[None]]
+        self.tick_actions[world.now] = [[_TICK_RANK, -1, None, action, None, None, None, None]
+                                        for action, _ in per_job[None]]
 
     def meant_of(self, entry: Entry):
         """What the janitor's step into ``entry`` was meant to do (``translate``), else None."""
@@ -257,17 +262,20 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         merged = self.tick_actions.get(shared[0])
         if merged is not None:
             merged = list(merged)
-            concrete, enabled = self.concrete, self.enabled
-            for index, (job, detail) in enumerate(zip(self.jobs, entry.details)):
-                mine = concrete.get((job, detail, shared))
+            per_job = self.concrete.get(shared)  # the context hashed once per state, not once per job
+            if per_job is None:
+                per_job = self.concrete[shared] = [{} for _job in self.jobs]
+            for index, detail in enumerate(entry.details):
+                mine = per_job[index].get(detail)
                 if mine is None:
-                    learned = enabled.get(enabled_key(detail, shared))
+                    learned = self.enabled.get(enabled_key(detail, shared))
                     if learned is None:
                         merged = None
                         break
-                    mine = concrete[(job, detail, shared)] = [
+                    job = self.jobs[index]
+                    mine = per_job[index][detail] = [
                         [rank, index, relative, concrete_action(job, relative, janitor), None,
-                         (job, relative) if relative[0] in JANITOR_KINDS else None]
+                         (job, relative) if relative[0] in JANITOR_KINDS else None, None, None]
                         for rank, relative, janitor in learned
                     ]
                 merged += mine
@@ -287,135 +295,90 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         """
         steps = self.steps
         check_every = steps.check_every
-        tick_moves = self.tick_moves
         # The fingerprints (fence.explore.visited.KeySums): a child's is its parent's sum with a number or two swapped.
         fingerprint = self.fingerprint
-        clock_numbers, promise_numbers, part_numbers = fingerprint.clock, fingerprint.promises, fingerprint.parts
+        part_numbers = fingerprint.parts
         details, parts, shared, abandoned = entry.details, entry.parts, entry.shared, entry.abandoned
         now = shared[0]
-        promised = promise_numbers[abandoned]
+        clock_numbers = fingerprint.clock
+        promised = fingerprint.promises[abandoned]
         here = clock_numbers[now] + promised
         for table, part in zip(part_numbers, parts):
             here += table[part]
+        if check_every:  # every transition the long way, each memo answer counted for the check
+            for item in self.actions_of(entry):
+                yield self.slow_successor(item, entry, visited, known, reached)
+            return
+        tick_moves = self.tick_moves
+        counting = self.quiet is not None
+        quiet = 0
         for item in self.actions_of(entry):
-            _rank, index, relative, action, answer, meant = item
-            self.last_meant = meant
-            key = None
-            checking = False
-            if relative is None:  # a tick: every part moves with the clock, nothing else but the clock changes
-                by = action.by
-                new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
-                if None in new_parts:
-                    new_parts = self.tick_move(parts, now, by)
-                if new_parts is not None:
+            # The loop runs once per transition: most are a job's step the memo answers, into a state
+            # visited already, which costs one test, one addition, one lookup (``concrete``'s ``sum_change``).
+            _rank, index, relative, action, answer, meant, before, sum_change = item
+            if before != parts[index]:  # not that: a tick (``before`` is None), or not answered for this part yet
+                if quiet:  # counted before anything is yielded (see ``quiet``)
+                    self.quiet += quiet
+                    quiet = 0
+                if index < 0:  # a tick: every part moves with the clock, nothing else but the clock changes
+                    by = action.by
+                    new_parts = tuple([tick_moves.get((part, now, by)) for part in parts])
+                    if None in new_parts:
+                        new_parts = self.tick_move(parts, now, by)
+                        if new_parts is None:
+                            yield self.slow_successor(item, entry, visited, known, reached)
+                            continue
                     key = clock_numbers[now + by] + promised
                     for table, part in zip(part_numbers, new_parts):
                         key += table[part]
                     key %= KEY_PRIME
-                    checking = check_every and steps.should_check()
-                    if not checking:
-                        if key in visited:
-                            yield action, None, key, ()
-                        else:
-                            child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
-                                          entry, action, None, None)
-                            yield action, child, key, self.judge_new(child, (), known)
-                        continue
-                yield self.real_step(entry, None, None, None, action, None, None, checking, key, visited, known, reached)
-                continue
-            if answer is None:
-                answer = item[4] = self.move((details[index], shared, relative))
-            if answer is not None:
-                part, detail, added, findings, got, after = answer
-                table = part_numbers[index]
-                key = here - table[parts[index]] + table[part]
-                if added:
-                    new_abandoned = self.promises_after(abandoned, self.jobs[index], added)
-                    key += promise_numbers[new_abandoned] - promised
-                else:
-                    new_abandoned = abandoned
-                key %= KEY_PRIME
-                checking = check_every and steps.should_check()
-                if not checking:
-                    if got:
-                        for name, count in got.items():
-                            reached[name] += count
                     if key in visited:
-                        yield action, None, key, [
-                            inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
-                        ] if findings else ()
+                        if counting:
+                            quiet += 1
+                        else:
+                            yield action, None, key, ()
                     else:
-                        child = Entry(details[:index] + (detail,) + details[index + 1:],
-                                      parts[:index] + (part,) + parts[index + 1:], new_abandoned,
-                                      after, None, entry, action, self.jobs[index], relative)
-                        yield action, child, key, self.judge_new(child, findings, known)
+                        self.last_meant = None
+                        child = Entry(details, new_parts, abandoned, (now + by,) + shared[1:], None,
+                                      entry, action, None, None)
+                        yield action, child, key, self.judge_new(child, (), known)
                     continue
-            memo_key = (details[index], shared, relative)
-            yield self.real_step(entry, index, self.jobs[index], relative, action, memo_key,
-                                 steps.answers.get(memo_key), checking, key, visited, known, reached)
-
-    def promises_after(self, abandoned: tuple, job: str, added: tuple) -> tuple:
-        """The abandon promises after a step of ``job`` added ``added`` (relative to it), sorted as the key's."""
-        after = self.promised_after.get((abandoned, job, added))
-        if after is None:
-            after = self.promised_after[(abandoned, job, added)] = tuple(sorted(set(abandoned).union(
-                job + identity for identity in added)))
-        return after
-
-    def tick_move(self, parts: tuple, now: int, by: int) -> tuple | None:
-        """The parts after a tick from the tick memo, by number; None if it has not learned one of them."""
-        learned = self.ticks.parts
-        moved = []
-        for number in parts:
-            after = learned.get((self.parts_by_number[number], now, by))
-            if after is None:
-                return None
-            moved.append(self.tick_moves.setdefault((number, now, by), self.number(after)))
-        return tuple(moved)
-
-    def real_step(self, entry: Entry, index, job, relative, action, memo_key, answer, checking, abstract_key,
-                  visited, known, reached: Counter) -> tuple:
-        """The step taken on the entry's World, as ``_memo_successors`` takes it: learning what was missing."""
-        world = self.world_of(entry)
-        action = translate(world, action, job, relative)
-        child = world.clone(history=False)
-        child.apply(action)
-        steps, symmetry = self.steps, self.symmetry
-        if job is None:  # a tick
-            child_key = state_key(child, symmetry)
-            self.ticks.learn({name: self.parts_by_number[part] for name, part in zip(self.jobs, entry.parts)},
-                             world.now, action.by, child)
-            if checking:
-                findings, got = facts_of(child)
-                fresh = child.clone(history=False)
-                fresh.job_memo = {}
-                again = tuple(steps.intern(d) for d in transitions.job_details(fresh, self.jobs).values())
-                if findings or got or again != entry.details:
-                    raise MemoMismatch(f"the tick memo answered {action} differently from the model")
-            for name, detail in zip(self.jobs, entry.details):
-                child.job_memo[DETAIL + name] = detail
-        else:
-            findings, got = facts_of(child)
-            if answer is None:
-                answer = steps.learn(memo_key, job, world, child, findings, got)
-            elif checking:
-                steps.verify(memo_key, answer, job, world, child, findings, got)
-            child.job_memo[job] = answer[0]
-            child.job_memo[DETAIL + job] = answer[1]
-            child_key = state_key(child, symmetry)
-        memo = child.job_memo
-        child_key = self.fingerprint(child_key[0], tuple([self.number(memo[job]) for job in self.jobs]), child_key[2])
-        if checking and child_key != abstract_key:
-            raise MemoMismatch(f"the memos' key after {action} differs from the model's")
-        broken = self.judge_step(child, known, reached)
-        if child_key in visited:
-            return action, None, child_key, broken
-        if checking:  # before entry_of learns this World's readings: judge it as the memos would
-            self.check_judgement(entry, index, action, answer, child, broken, known)
-        made = self.entry_of(child, entry, action, job, relative)
-        if checking and (made.details, made.shared, made.abandoned) != self.abstract_child(entry, index, action, answer):
-            raise MemoMismatch(f"the memos' state after {action} differs from the model's")
-        return action, made, child_key, broken
+                if answer is None:
+                    answer = self.answer_item(item, parts, details, shared)
+                    before, sum_change = item[6], item[7]
+                if answer is None or sum_change is None or before != parts[index]:
+                    yield self.slow_successor(item, entry, visited, known, reached)
+                    continue
+            key = (here + sum_change) % KEY_PRIME
+            got = answer[4]
+            if got:
+                for name, count in got.items():
+                    reached[name] += count
+            findings = answer[3]
+            if key in visited:
+                if findings:
+                    if quiet:
+                        self.quiet += quiet
+                        quiet = 0
+                    self.last_meant = meant
+                    yield action, None, key, [
+                        inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                    ]
+                elif counting:
+                    quiet += 1
+                else:
+                    yield action, None, key, ()
+            else:
+                if quiet:
+                    self.quiet += quiet
+                    quiet = 0
+                self.last_meant = meant
+                child = Entry(details[:index] + (answer[1],) + details[index + 1:],
+                              parts[:index] + (answer[0],) + parts[index + 1:], abandoned,
+                              answer[5], None, entry, action, self.jobs[index], relative)
+                yield action, child, key, self.judge_new(child, findings, known)
+        if quiet:
+            self.quiet += quiet
 
     def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
         """The step invariants a transition into the new state ``child`` broke, without its World.
@@ -423,12 +386,16 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         The findings the step recorded, and invariant 3's present: more live writers than
         units, summed over the jobs' readings (``readings``, else the memo's for ``child``).
         """
-        broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
+        broken = [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known
+                  ] if findings else []
         name = self.present_judged
         if name is not None and name not in known and name not in broken:
             if readings is None:
                 readings = self.readings_of(child)
-            if sum(reading[0] for reading in readings) > self.capacity:
+            writers = 0
+            for reading in readings:
+                writers += reading[0]
+            if writers > self.capacity:
                 broken.append(name)
         return broken
 
@@ -456,11 +423,15 @@ class AbstractWalk(WorldsOfEntries, MemoChecks):
         if not judge.invariants:
             return (), True
         if entry.world is None:
-            readings = self.readings_of(entry)
+            in_flight = False
+            for reading in self.readings_of(entry):
+                if reading[1]:
+                    in_flight = True
+                    break
             now, _draining, free, held = entry.shared
             answer, learn = judge.lookup(
-                list(entry.details), self.jobs, now, free, held, entry.abandoned,
-                any(reading[1] for reading in readings), lambda: (now, entry.parts, entry.abandoned),
+                entry.details, self.jobs, now, free, held, entry.abandoned, in_flight,
+                lambda: (now, entry.parts, entry.abandoned),
             )
             if answer is not None:
                 if self.steps.check_every and self.steps.should_check():

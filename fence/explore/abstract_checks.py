@@ -32,7 +32,7 @@ class MemoChecks:
                    for job, actions in self.actions_per_job(world).items()}
         answered = {job: [] for job in self.jobs}
         answered[None] = []
-        for _rank, index, relative, action, _move, _meant in sorted(merged, key=itemgetter(0)):
+        for _rank, index, relative, action, *_answer in sorted(merged, key=itemgetter(0)):
             answered[self.jobs[index] if index >= 0 else None].append(relative if index >= 0 else action)
         if answered != per_job:
             raise MemoMismatch(f"the enabled-actions memo answered {answered}, the World enables {per_job}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 from fence.explore import transitions
 from fence.model.invariants import Invariant
 from fence.explore.state_key import state_key
 from fence.explore.transitions import MemoMismatch
-from fence.explore.visited import Fingerprints, of_plain
+from fence.explore.visited import KEY_PRIME, Fingerprints, of_plain
 from fence.model.world import World
 
 
@@ -53,6 +53,8 @@ class DrainJudge:
         """The walk's step memo (``fence.explore.transitions.StepMemo``), or None: see ``_from_memos``."""
         self.halves: dict[tuple, tuple] = {}
         """(a job's detail, the context) -> what a first half does to the job: see ``_from_memos``."""
+        self._halves_by_context: dict[tuple, dict] = {}
+        """The same answers by context, then detail, as ``lookup`` reads them (a copy it fills)."""
         self.number: Callable[[tuple], int] | None = None
         """The abstract walk's numbering of key parts (``fence.explore.abstract``), or None: with it, the
         first round's memo keys and ``halves`` name each part by its number (equal numbers,
@@ -103,7 +105,7 @@ class DrainJudge:
             lambda: self.first_round_key(state_key(world)),
         )
 
-    def lookup(self, details: list[int], jobs: list[str], now: int, free: int, held: int, abandoned,
+    def lookup(self, details: Sequence[int], jobs: list[str], now: int, free: int, held: int, abandoned,
                in_flight: bool, own_key: Callable[[], tuple]) -> tuple[tuple | None, Missed | None]:
         """``_from_memos`` on a state given by its readings: each job's detail (by number, in job
         order), the context, the abandon promises, whether messages are in flight, and (asked
@@ -114,15 +116,29 @@ class DrainJudge:
         state: it need not look up again the keys that just missed."""
         shared = (now, True, free, held)
         get = self.halves.get
-        # Called once per new state: one pass over the jobs, no generators.
+        # ``halves`` by context, then detail: the context hashed once per state, not once per job. Filled
+        # from ``halves`` as it is asked (others write ``halves``: ``_learn_halves``, a partitioned walk).
+        by_detail = self._halves_by_context.get(shared)
+        if by_detail is None:
+            by_detail = self._halves_by_context[shared] = {}
+        sums = self.sums
+        # Called once per new state: one pass over the jobs, no generators. With ``sums`` the halfway
+        # key's fingerprint is summed in the same pass, as ``first_round_fingerprint`` sums it.
+        tables = sums.parts if sums is not None else None
         parts = []
+        total = 0
         stepped = added = False
-        for detail in details:
-            half = get((detail, shared))
+        for position, detail in enumerate(details):
+            half = by_detail.get(detail)
             if half is None:
-                parts = None
-                break
+                half = get((detail, shared))
+                if half is None:
+                    parts = None
+                    break
+                by_detail[detail] = half
             parts.append(half[0])
+            if tables is not None:
+                total += tables[position][half[0]]
             if half[1]:
                 stepped = True
             if half[2]:
@@ -135,8 +151,11 @@ class DrainJudge:
                 abandoned = set(abandoned)
                 for job, detail in zip(jobs, details):
                     abandoned.update(job + i for i in get((detail, shared))[2])
-            halfway = (now, tuple(parts), tuple(sorted(abandoned)) if abandoned else ())
-            halfway_key = self.first_round_fingerprint(halfway, self.FIRST_ROUND_HALFWAY)
+            promises = tuple(sorted(abandoned)) if abandoned else ()
+            if tables is not None:
+                halfway_key = (total + sums.clock[now] + sums.promises[(promises, self.FIRST_ROUND_HALFWAY)]) % KEY_PRIME
+            else:
+                halfway_key = self.first_round_fingerprint((now, tuple(parts), promises), self.FIRST_ROUND_HALFWAY)
             answer = self.memo.get(halfway_key)
             if answer is not None:
                 return answer, None

@@ -265,6 +265,7 @@ def walk(
     result = Exploration(policy, config, max_depth, symmetry)
     step_invariants = [inv for inv in invariants if not inv.at_teardown]
     teardown_invariants = [inv for inv in invariants if inv.at_teardown]
+    teardown_names = {inv.name for inv in teardown_invariants}
     found: dict[str, tuple[int, Action | None]] = {}
     """invariant name -> (node of the state before the breaking step, that step), or (node, None)
     for a teardown invariant broken by the drain from that node."""
@@ -303,7 +304,7 @@ def walk(
     visited = VisitedTable(strategy.root_key(), parents)
 
     def check_teardown(node: int, state) -> None:
-        if all(inv.name in found for inv in teardown_invariants):
+        if teardown_names <= found.keys():  # asked once per new state: no generator
             return
         broken, settled = strategy.judge_drain_of(state)
         result.drains_unsettled += not settled
@@ -347,9 +348,15 @@ def walk(
             return None
         finally:
             result.transitions += taken
+            if counts_quiet:  # the transitions into visited states that broke nothing (``AbstractWalk.quiet``)
+                result.transitions += strategy.quiet
+                strategy.quiet = 0
 
     budgeted = time_budget is not None or max_states is not None
     only_new_children = getattr(strategy, "only_new_children", False)
+    counts_quiet = isinstance(strategy, AbstractWalk)
+    if counts_quiet:
+        strategy.quiet = 0
     check_teardown(0, strategy.root)
     frontier = Frontier(strategy.width, frontier_budget)
     frontier.append(strategy.encode(0, strategy.root))
