@@ -29,7 +29,8 @@ from fence.model.world import World
 
 KEPT_WORLDS = 16_384
 """At most this many Worlds kept by state number, over the level being expanded and the one before
-(see the module docstring): about 100 MiB at 3x3x2."""
+(see the module docstring): about 77 MiB at 3x3x2 (4.7 KB a World without its trace, measured by hand at 1 million
+states)."""
 
 
 class WorldsOfEntries:
