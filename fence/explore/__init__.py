@@ -14,6 +14,7 @@
 * ``abstract``      the abstract walk: states held by their readings, a World built only on a memo miss
 * ``faithfulness``  whether a user's plug-ins can be walked as copies: sampled copies and merges replayed
 * ``drain_judge``   invariant 6 per state: the model's own drain, memoised by drain round
+* ``drain_memo``    the drain judge's memo in flat arrays, at most two generations
 * ``visited``       fingerprints of state keys, the parents, the frontier that spills to disk
 * ``workers``       levels shared between worker processes
 * ``partitioned``   levels partitioned by fingerprint between processes or Ray actors: the coordinator

@@ -6,6 +6,7 @@ from typing import Callable, NamedTuple, Sequence
 
 from fence.explore import transitions
 from fence.model.invariants import Invariant
+from fence.explore.drain_memo import DrainMemo
 from fence.explore.state_key import state_key
 from fence.explore.transitions import MemoMismatch
 from fence.explore.visited import KEY_PRIME, Fingerprints, of_plain
@@ -41,12 +42,15 @@ class DrainJudge:
     FIRST_ROUND_DELIVERING = "first round, delivering"
     """Memo tag: in a first round's deliveries, with a message still in flight."""
 
-    def __init__(self, invariants: list[Invariant], steps=None) -> None:
+    def __init__(self, invariants: list[Invariant], steps=None, memo=None) -> None:
         self.invariants = invariants
-        self.memo: dict[int, tuple[tuple[str, ...], bool]] = {}
+        self.memo = DrainMemo() if memo is None else memo
         """Answers by the fingerprint (``fence.explore.visited``) of a state key with the round or tag appended,
         not by the key itself: at one job the keys (some eight tuples each) were most of what a walk kept, all of it
-        scanned by the cyclic collector after the walk, for the collision risk the visited set takes."""
+        scanned by the cyclic collector after the walk, for the collision risk the visited set takes. In flat
+        arrays of at most two generations (``fence.explore.drain_memo``): it grows with the walk. ``memo`` is
+        another store with ``get`` and item assignment (the partitioned walk's is a dict: it sends the items
+        learned since it last sent, in insertion order)."""
         self._generic_fingerprints = Fingerprints()
         """For the keys of a user's plug-ins (sets, snapshot values): one instance per walk, as ``WorldWalk``'s."""
         self.steps = steps

@@ -121,7 +121,8 @@ class Partition:
         self.teardown = {inv.name for inv in invariants if inv.at_teardown}
         memos = _Memo(step_invariants)
         memos.steps = self.steps = ContentDetails()
-        judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps)
+        # A dict, not the flat DrainMemo: ``_news`` sends its items in insertion order, none ever dropped.
+        judge = DrainJudge([inv for inv in invariants if inv.at_teardown], memos.steps, memo={})
         self.walk = OwnedWalk(memos, judge, symmetry, step_invariants, World(policy, config), parents=None)
         # What every partition learns, it tells the others (``_news``, ``_told``): every key and answer of
         # these memos is written in content numbers, so it means the same in every process, and each
