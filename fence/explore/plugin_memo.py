@@ -223,17 +223,24 @@ class PluginStepMemo:
                         continue
             child = world.clone(history=False)
             child.apply(action)
-            raw = generic_parts(child)
-            split = _split(child, raw, parent.fence_ledger) if parent.attributed else None
-            if split is None:
-                numbers, key = None, fingerprint_of(raw)
+            if answer is not _UNKNOWN and answer is not None and not checking:
+                # A new state the memo answered: keyed by the answer's parts, as a state seen before
+                # is; the World is still the model's, made for its expansion and its drain.
+                raw = composed if composed is not None else parent.compose(job, answer)
+                split = parent.split_after(job, answer[0])
+                numbers = (parent.numbers_after(job, answer[1]), answer[3])
             else:
-                numbers = (tuple([self.number(_records_of(split, j)) for j in parent.jobs]),
-                           self.number(_plugins_of(raw, parent.fence_ledger)))
-                numbered = (raw[0], *numbers)
-                key = fingerprints.get(numbered)
-                if key is None:
-                    key = self._remember(numbered, fingerprint_of(raw))
+                raw = generic_parts(child)
+                split = _split(child, raw, parent.fence_ledger) if parent.attributed else None
+                if split is None:
+                    numbers, key = None, fingerprint_of(raw)
+                else:
+                    numbers = (tuple([self.number(_records_of(split, j)) for j in parent.jobs]),
+                               self.number(_plugins_of(raw, parent.fence_ledger)))
+                    numbered = (raw[0], *numbers)
+                    key = fingerprints.get(numbered)
+                    if key is None:
+                        key = self._remember(numbered, fingerprint_of(raw))
             if job is not None and (answer is _UNKNOWN or checking):
                 findings, got = facts_of(child)
                 real = parent.learned(job, raw, split, numbers, findings, got)
@@ -245,6 +252,13 @@ class PluginStepMemo:
             if not seen and len(self._made) < _MADE_KEPT:
                 self._made[id(child)] = (child, len(child.trace), raw, split, numbers)
             yield action, child, key, judge(child, known, reached, seen)
+
+    def parts_of(self, world: World) -> tuple | None:
+        """The generic parts of ``world``, a new state just made by ``successors``, or None if not kept."""
+        made = self._made.get(id(world))
+        if made is None or made[0] is not world or made[1] != len(world.trace):
+            return None
+        return made[2]
 
     def _remember(self, numbered: tuple, key: int) -> int:
         fingerprints = self._fingerprints
@@ -353,6 +367,16 @@ class _Parent:
         if found is None:
             found = self._others[job] = _others_of(self.split, job)
         return found
+
+    def split_after(self, job: str, records: tuple) -> list[dict[str, list]]:
+        """The split (``_split``) of the child of a step of ``job`` that left its records ``records``."""
+        split = []
+        for groups, mine in zip(self.split, records):
+            groups = {other: items for other, items in groups.items() if other != job}
+            if mine:
+                groups[job] = list(mine)
+            split.append(groups)
+        return split
 
     def compose(self, job: str, answer: tuple) -> tuple:
         """The generic parts of the child of a step of ``job`` whose memo answer is ``answer``."""

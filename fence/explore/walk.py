@@ -432,17 +432,28 @@ class _LongLived:
     worlds hold none; ``tests/test_explore.py`` checks that a walk leaves no
     cyclic garbage), so everything the walk drops is freed by its reference
     count, and the collector is switched off for the walk and on again at its
-    end. Nothing is done for a user's plug-ins (whose state may hold cycles),
-    or if the collector is off already.
+    end. A user's plug-ins may hold cycles, so for them the collector stays on
+    but runs its youngest pass after ``PLUGIN_THRESHOLD`` allocations rather
+    than 700 (cycles are still freed, a few hundred thousand objects late):
+    about a fifth of a generic walk's time at 2x2x2 went to those passes.
+    Nothing is done if the collector is off already.
     """
 
-    def __init__(self, wanted: bool) -> None:
-        self.active = wanted and gc.isenabled()
-        if self.active:
+    PLUGIN_THRESHOLD = (100_000, 50, 100)
+
+    def __init__(self, fence_parts_only: bool) -> None:
+        self.active = gc.isenabled()
+        self.thresholds = gc.get_threshold()
+        if not self.active:
+            return
+        if fence_parts_only:
             gc.disable()
+        else:
+            gc.set_threshold(*self.PLUGIN_THRESHOLD)
 
     def close(self) -> None:
         if self.active:
+            gc.set_threshold(*self.thresholds)
             gc.enable()
 
 

@@ -122,7 +122,15 @@ class WorldWalk:
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:
             return drain_plainly(world, self.judge_drain.invariants)
-        return self.judge_drain(world)
+        judge = self.judge_drain
+        if self.plugin_memo is not None and world.network and judge.invariants:
+            # The drain's first lookup is by the state's own generic parts, which the step that
+            # made it already has: a drain that passed through this state answers it uncopied.
+            raw = self.plugin_memo.parts_of(world)
+            if raw is not None:
+                answer, missed = judge.generic_lookup(raw)
+                return answer if answer is not None else judge(world, missed=missed)
+        return judge(world)
 
     def adopt(self, child: World, node: int) -> None:
         pass
