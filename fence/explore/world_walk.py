@@ -123,13 +123,12 @@ class WorldWalk:
         if self.by_whole_state:
             return drain_plainly(world, self.judge_drain.invariants)
         judge = self.judge_drain
-        if self.plugin_memo is not None and world.network and judge.invariants:
-            # The drain's first lookup is by the state's own generic parts, which the step that
-            # made it already has: a drain that passed through this state answers it uncopied.
-            raw = self.plugin_memo.parts_of(world)
-            if raw is not None:
-                answer, missed = judge.generic_lookup(raw)
-                return answer if answer is not None else judge(world, missed=missed)
+        if world.network and judge.invariants and not world.fast_copy_is_faithful():
+            # The drain's first lookup is by the state's own generic parts (the step memo's step
+            # has them already): a state an earlier drain passed through is answered uncopied.
+            raw = self.plugin_memo.parts_of(world) if self.plugin_memo is not None else None
+            answer, missed = judge.generic_lookup(raw if raw is not None else generic_parts(world))
+            return answer if answer is not None else judge(world, missed=missed)
         return judge(world)
 
     def adopt(self, child: World, node: int) -> None:
