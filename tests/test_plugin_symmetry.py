@@ -209,6 +209,22 @@ def test_the_generic_step_memo_changes_no_count_verdict_or_counterexample(monkey
     assert _conclusions(_plugin_walk(plugin, config, symmetry)) == _conclusions(every_step)
 
 
+@pytest.mark.parametrize("plugin, symmetry", [("plain subclass", True), ("ledger frees twice", False)])
+def test_a_new_state_keyed_by_a_memo_answer_is_keyed_as_its_real_step_would_be(monkeypatch, plugin, symmetry):
+    """A new state the step memo answered is keyed (and split by job) from the answer, not read off its World;
+    with every other answer also taken for real, the children of such states are compared with their
+    real steps (every job's records, the snapshots, the whole generic parts), and the walk concludes what
+    the walk that takes every step does. A split or key put together wrongly fails here."""
+    memos = _memo_walks(monkeypatch)
+    config = dict(capacity=2, jobs=2, max_attempts=2, horizon=1)
+    every_step = _plugin_walk(plugin, config, symmetry, memo=False)
+    remembered = _plugin_walk(plugin, config, symmetry, check_memo=2)
+    assert remembered.unfaithful is None, remembered.unfaithful
+    assert _conclusions(remembered) == _conclusions(every_step)
+    [memo] = memos
+    assert memo.new_by_answer > 100 and memo.checks > 100
+
+
 def test_the_generic_step_memo_catches_a_snapshot_that_leaves_state_out(monkeypatch):
     """A destination that answers by what its snapshot() leaves out (the order of writes across keys) gets two
     different answers to one memo key; with the replays of the faithfulness check switched off, the memo's own

@@ -18,7 +18,9 @@ after it, the plug-ins' snapshots after it, and the facts it recorded
 then put together from the parent's (every other job's records as they were)
 and the answer, and a transition into a state seen before is counted and
 judged without a copy or a step. A transition into a new state is always
-taken for real, so every World the walk keeps was made by the model.
+taken for real, so every World the walk keeps was made by the model; when
+the memo answered it, the new state is keyed (and split by job) from the
+answer as a state seen before is, rather than read again off its World.
 
 The memo key
     *J's records* are J's entries in each of fence's parts of the generic key
@@ -163,6 +165,8 @@ class PluginStepMemo:
         self.check_every = check_every or self.CHECK_EVERY
         self.hits = 0
         self.checks = 0
+        self.new_by_answer = 0
+        """New states keyed by a memo answer's parts (their Worlds still stepped for real)."""
         self._numbers: dict = {}
         self._fingerprints: dict[tuple, int] = {}
         """A state's numbered form (clock, each job's records by number, the snapshots by number) -> its key's
@@ -226,6 +230,7 @@ class PluginStepMemo:
             if answer is not _UNKNOWN and answer is not None and not checking:
                 # A new state the memo answered: keyed by the answer's parts, as a state seen before
                 # is; the World is still the model's, made for its expansion and its drain.
+                self.new_by_answer += 1
                 raw = composed if composed is not None else parent.compose(job, answer)
                 split = parent.split_after(job, answer[0])
                 numbers = (parent.numbers_after(job, answer[1]), answer[3])

@@ -96,7 +96,8 @@ The step memo (users' plug-ins)
     the plug-ins' whole snapshots (``fence.explore.plugin_memo`` argues why
     that answers exactly the real step, given the premise the generic key
     rests on). A transition into a visited key is then judged from the
-    memo; every 64th answer (every n-th with ``check_memo=n``) is stepped for
+    memo, and a new state it answered is keyed from it (its World still
+    stepped for real, to be expanded and drained); every 64th answer (every n-th with ``check_memo=n``) is stepped for
     real too, and a difference makes the walk unfaithful: it proves nothing.
 
 The abstract walk (one process, fence's own parts)
