@@ -288,3 +288,28 @@ def test_a_plugins_tuple_never_takes_the_key_of_a_set_or_dict_it_spells(snapshot
     if isinstance(snapshot_part, frozenset):  # a key part is hashable: a dict is only ever inside a snapshot's value
         jobs = ["job1", "job2"]
         assert symmetric_form((snapshot_part,), jobs)[0] != symmetric_form((look_alike,), jobs)[0]
+
+
+def test_a_walk_of_plugins_keeps_the_collector_on_with_a_young_pass_rarer_and_restores_it():
+    """A user's plug-ins may hold reference cycles, so the collector is never switched off for their walk;
+    only its youngest pass is made rarer (``_LongLived.PLUGIN_THRESHOLD``), and the thresholds the
+    caller had are back when the walk ends."""
+    import gc
+
+    from fence import TicketService
+    from fence.explore.walk import _LongLived, explore
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    seen = set()
+
+    class Watching(TicketService):
+        def snapshot(self):
+            seen.add((gc.isenabled(), gc.get_threshold()))
+            return super().snapshot()
+
+    before = gc.get_threshold()
+    found = explore(POLICIES["abandon-fenced"], ModelConfig(capacity=1, jobs=1, max_attempts=1, horizon=1),
+                    destination_factory=Watching)
+    assert found.exhausted and gc.isenabled() and gc.get_threshold() == before
+    assert (True, _LongLived.PLUGIN_THRESHOLD) in seen
