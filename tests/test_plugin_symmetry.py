@@ -209,6 +209,22 @@ def test_the_generic_step_memo_changes_no_count_verdict_or_counterexample(monkey
     assert _conclusions(_plugin_walk(plugin, config, symmetry)) == _conclusions(every_step)
 
 
+@pytest.mark.parametrize("plugin, symmetry", [("plain subclass", True), ("ledger frees twice", False)])
+def test_a_new_state_keyed_by_a_memo_answer_is_keyed_as_its_real_step_would_be(monkeypatch, plugin, symmetry):
+    """A new state the step memo answered is keyed (and split by job) from the answer, not read off its World;
+    with every other answer also taken for real, the children of such states are compared with their
+    real steps (every job's records, the snapshots, the whole generic parts), and the walk concludes what
+    the walk that takes every step does. A split or key put together wrongly fails here."""
+    memos = _memo_walks(monkeypatch)
+    config = dict(capacity=2, jobs=2, max_attempts=2, horizon=1)
+    every_step = _plugin_walk(plugin, config, symmetry, memo=False)
+    remembered = _plugin_walk(plugin, config, symmetry, check_memo=2)
+    assert remembered.unfaithful is None, remembered.unfaithful
+    assert _conclusions(remembered) == _conclusions(every_step)
+    [memo] = memos
+    assert memo.new_by_answer > 100 and memo.checks > 100
+
+
 def test_the_generic_step_memo_catches_a_snapshot_that_leaves_state_out(monkeypatch):
     """A destination that answers by what its snapshot() leaves out (the order of writes across keys) gets two
     different answers to one memo key; with the replays of the faithfulness check switched off, the memo's own
@@ -272,3 +288,28 @@ def test_a_plugins_tuple_never_takes_the_key_of_a_set_or_dict_it_spells(snapshot
     if isinstance(snapshot_part, frozenset):  # a key part is hashable: a dict is only ever inside a snapshot's value
         jobs = ["job1", "job2"]
         assert symmetric_form((snapshot_part,), jobs)[0] != symmetric_form((look_alike,), jobs)[0]
+
+
+def test_a_walk_of_plugins_keeps_the_collector_on_with_a_young_pass_rarer_and_restores_it():
+    """A user's plug-ins may hold reference cycles, so the collector is never switched off for their walk;
+    only its youngest pass is made rarer (``_LongLived.PLUGIN_THRESHOLD``), and the thresholds the
+    caller had are back when the walk ends."""
+    import gc
+
+    from fence import TicketService
+    from fence.explore.walk import _LongLived, explore
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    seen = set()
+
+    class Watching(TicketService):
+        def snapshot(self):
+            seen.add((gc.isenabled(), gc.get_threshold()))
+            return super().snapshot()
+
+    before = gc.get_threshold()
+    found = explore(POLICIES["abandon-fenced"], ModelConfig(capacity=1, jobs=1, max_attempts=1, horizon=1),
+                    destination_factory=Watching)
+    assert found.exhausted and gc.isenabled() and gc.get_threshold() == before
+    assert (True, _LongLived.PLUGIN_THRESHOLD) in seen

@@ -171,6 +171,13 @@ class DrainJudge:
                 return answer, None
         return None, Missed(learn, halfway_key, own)
 
+    def generic_lookup(self, raw: tuple) -> tuple[tuple | None, Missed]:
+        """``__call__``'s first lookup for a world with a user's plug-ins whose generic parts are ``raw``
+        and which has messages in flight, without copying it: (answer, None) or (None, the key missed)."""
+        own = self.first_round_fingerprint(raw, self.FIRST_ROUND_DELIVERING, self._generic_fingerprints)
+        answer = self.memo.get(own)
+        return (answer, None) if answer is not None else (None, Missed(None, None, own))
+
     def _learn_halves(self, learn: tuple, drained: World, steps_before: int) -> None:
         """Remember what the first half just taken on ``drained`` did to each job (see ``_from_memos``)."""
         details, shared, abandoned_before = learn

@@ -18,7 +18,9 @@ after it, the plug-ins' snapshots after it, and the facts it recorded
 then put together from the parent's (every other job's records as they were)
 and the answer, and a transition into a state seen before is counted and
 judged without a copy or a step. A transition into a new state is always
-taken for real, so every World the walk keeps was made by the model.
+taken for real, so every World the walk keeps was made by the model; when
+the memo answered it, the new state is keyed (and split by job) from the
+answer as a state seen before is, rather than read again off its World.
 
 The memo key
     *J's records* are J's entries in each of fence's parts of the generic key
@@ -163,6 +165,8 @@ class PluginStepMemo:
         self.check_every = check_every or self.CHECK_EVERY
         self.hits = 0
         self.checks = 0
+        self.new_by_answer = 0
+        """New states keyed by a memo answer's parts (their Worlds still stepped for real)."""
         self._numbers: dict = {}
         self._fingerprints: dict[tuple, int] = {}
         """A state's numbered form (clock, each job's records by number, the snapshots by number) -> its key's
@@ -223,17 +227,25 @@ class PluginStepMemo:
                         continue
             child = world.clone(history=False)
             child.apply(action)
-            raw = generic_parts(child)
-            split = _split(child, raw, parent.fence_ledger) if parent.attributed else None
-            if split is None:
-                numbers, key = None, fingerprint_of(raw)
+            if answer is not _UNKNOWN and answer is not None and not checking:
+                # A new state the memo answered: keyed by the answer's parts, as a state seen before
+                # is; the World is still the model's, made for its expansion and its drain.
+                self.new_by_answer += 1
+                raw = composed if composed is not None else parent.compose(job, answer)
+                split = parent.split_after(job, answer[0])
+                numbers = (parent.numbers_after(job, answer[1]), answer[3])
             else:
-                numbers = (tuple([self.number(_records_of(split, j)) for j in parent.jobs]),
-                           self.number(_plugins_of(raw, parent.fence_ledger)))
-                numbered = (raw[0], *numbers)
-                key = fingerprints.get(numbered)
-                if key is None:
-                    key = self._remember(numbered, fingerprint_of(raw))
+                raw = generic_parts(child)
+                split = _split(child, raw, parent.fence_ledger) if parent.attributed else None
+                if split is None:
+                    numbers, key = None, fingerprint_of(raw)
+                else:
+                    numbers = (tuple([self.number(_records_of(split, j)) for j in parent.jobs]),
+                               self.number(_plugins_of(raw, parent.fence_ledger)))
+                    numbered = (raw[0], *numbers)
+                    key = fingerprints.get(numbered)
+                    if key is None:
+                        key = self._remember(numbered, fingerprint_of(raw))
             if job is not None and (answer is _UNKNOWN or checking):
                 findings, got = facts_of(child)
                 real = parent.learned(job, raw, split, numbers, findings, got)
@@ -245,6 +257,13 @@ class PluginStepMemo:
             if not seen and len(self._made) < _MADE_KEPT:
                 self._made[id(child)] = (child, len(child.trace), raw, split, numbers)
             yield action, child, key, judge(child, known, reached, seen)
+
+    def parts_of(self, world: World) -> tuple | None:
+        """The generic parts of ``world``, a new state just made by ``successors``, or None if not kept."""
+        made = self._made.get(id(world))
+        if made is None or made[0] is not world or made[1] != len(world.trace):
+            return None
+        return made[2]
 
     def _remember(self, numbered: tuple, key: int) -> int:
         fingerprints = self._fingerprints
@@ -353,6 +372,16 @@ class _Parent:
         if found is None:
             found = self._others[job] = _others_of(self.split, job)
         return found
+
+    def split_after(self, job: str, records: tuple) -> list[dict[str, list]]:
+        """The split (``_split``) of the child of a step of ``job`` that left its records ``records``."""
+        split = []
+        for groups, mine in zip(self.split, records):
+            groups = {other: items for other, items in groups.items() if other != job}
+            if mine:
+                groups[job] = list(mine)
+            split.append(groups)
+        return split
 
     def compose(self, job: str, answer: tuple) -> tuple:
         """The generic parts of the child of a step of ``job`` whose memo answer is ``answer``."""

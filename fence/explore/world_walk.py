@@ -122,7 +122,14 @@ class WorldWalk:
     def judge_drain_of(self, world: World) -> tuple[tuple[str, ...], bool]:
         if self.by_whole_state:
             return drain_plainly(world, self.judge_drain.invariants)
-        return self.judge_drain(world)
+        judge = self.judge_drain
+        if world.network and judge.invariants and not world.fast_copy_is_faithful():
+            # The drain's first lookup is by the state's own generic parts (the step memo's step
+            # has them already): a state an earlier drain passed through is answered uncopied.
+            raw = self.plugin_memo.parts_of(world) if self.plugin_memo is not None else None
+            answer, missed = judge.generic_lookup(raw if raw is not None else generic_parts(world))
+            return answer if answer is not None else judge(world, missed=missed)
+        return judge(world)
 
     def adopt(self, child: World, node: int) -> None:
         pass
