@@ -91,6 +91,17 @@ class OwnedWalk(AbstractWalk):
         codes = self.step_codes
         return [codes[path[at:at + CODE_BYTES]] for at in range(0, len(path), CODE_BYTES)]
 
+    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
+        """What a step into a state not seen here broke, but for invariant 3's present (``present_judged``).
+
+        Nearly every state is reached in both partitions in its level (two jobs' steps commute), so
+        judging the present here judged most states twice; the owner judges it once per state, on the
+        least order that reached it (``Partition._judge_entered``), and reuses the readings for the drain.
+        """
+        if readings is not None:  # a memo check (``check_judgement``) compares the whole judgement
+            return super().judge_new(child, findings, known, readings)
+        return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
+
     def world_of(self, entry: Entry) -> World:
         """An entry that came in a row has no parent here: its World is its path replayed from the root."""
         if entry.world is None and entry.parent is None and entry.path:
@@ -154,6 +165,7 @@ class Partition:
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
+        entered_found = self._judge_entered(frontier, known)
         drain_found: dict[str, tuple[int, list]] = {}
         unsettled: list[int] = []  # the orders of the states whose drain found no fixed point
         drained = set(known)
@@ -167,7 +179,8 @@ class Partition:
                 if name not in drained:
                     drain_found[name] = (order, walk.steps_of(entry.path))
                     drained.add(name)
-        report = {"accepted": len(frontier), "drain_found": drain_found, "unsettled": unsettled,
+        report = {"accepted": len(frontier), "entered_found": entered_found, "drain_found": drain_found,
+                  "unsettled": unsettled,
                   "transitions": 0, "reached": Counter(), "step_found": {}, "stopped": False, "rows": 0}
         outgoing: list = [None] * self.count
         if expand and frontier:
@@ -182,6 +195,22 @@ class Partition:
         report["seen_bytes"] = sys.getsizeof(self.seen) + len(self.seen) * _FINGERPRINT_BYTES
         report["rebuilt"] = walk.replays
         return report, outgoing
+
+    def _judge_entered(self, frontier: list[tuple[int, Entry]], known: frozenset) -> dict[str, tuple[int, list]]:
+        """Invariant 3's present on this level's new states, in order: the first that breaks it, with its path.
+
+        The transition that entered a state at its least order is the one the one-process walk judges
+        it on (``OwnedWalk.judge_new``); transitions into a state seen before judge only their findings.
+        """
+        walk = self.walk
+        name = walk.present_judged
+        if name is None or name in known:  # known: found before the level that entered these states
+            return {}
+        capacity = walk.capacity
+        for order, entry in frontier:
+            if entry.path and sum(reading[0] for reading in walk.readings_of(entry)) > capacity:
+                return {name: (order, walk.steps_of(entry.path))}
+        return {}
 
     def _news(self) -> list[list]:
         """What the memos learned here since they last told (and were told): the new items of each, and the parts."""
