@@ -100,6 +100,8 @@ class OwnedWalk(AbstractWalk):
         """
         if readings is not None:  # a memo check (``check_judgement``) compares the whole judgement
             return super().judge_new(child, findings, known, readings)
+        if not findings:
+            return []
         return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
 
     def world_of(self, entry: Entry) -> World:
@@ -148,7 +150,9 @@ class Partition:
         self.untold: dict[bytes, tuple] = {}
         """The steps this partition made since its last batches: each batch tells its owner of them."""
         self.made: dict = {}
-        """(id(action), meant) -> (action, code): each step's code computed once (the action is kept alive)."""
+        """id(action) -> (action, meant, code): each step's code computed once. An action's meant is the same
+        object each time it is taken (both come from one memoised list), so the lookup hashes no tuple; both
+        are kept alive, so their ids are not reused."""
         root_key = self.walk.root_key()
         self.seen: set[int] = {root_key}  # every partition knows the root: it is never sent
         self.candidates: dict[int, tuple] = {}
@@ -284,14 +288,14 @@ class Partition:
                 transitions += 1
                 if broken or child is not None:
                     meant = walk.last_meant
-                    known_step = made.get((id(action), meant))
-                    if known_step is None or known_step[0] is not action:
+                    known_step = made.get(id(action))
+                    if known_step is None or known_step[0] is not action or known_step[1] is not meant:
                         step = (action, meant)
                         code = step_code(step)
                         if code not in codes:
                             codes[code] = untold[code] = step
-                        known_step = made[(id(action), meant)] = (action, code)
-                    code = known_step[1]
+                        known_step = made[id(action)] = (action, meant, code)
+                    code = known_step[2]
                     for name in broken:
                         if name not in step_found:
                             step_found[name] = (base + place, walk.steps_of(path + code))
