@@ -14,6 +14,7 @@ from operator import itemgetter
 
 from fence.explore.abstract import AbstractWalk
 from fence.explore.abstract_state import Entry, PartNumbers, translate
+from fence.explore.abstract_worlds import KEPT_WORLDS
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.transitions import DETAIL, StepMemo
 from fence.explore.visited import KEY_PRIME, KeySums, of_plain
@@ -104,11 +105,40 @@ class OwnedWalk(AbstractWalk):
             return []
         return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
 
+    def __init__(self, *args, **options) -> None:
+        super().__init__(*args, **options)
+        self.replayed: dict[bytes, World] = {}
+        """Path -> the World replayed for it (or for its parent on the way) in this level; ``replayed_before``
+        the last level's. A replay starts from its parent's or grandparent's World if one is here: a state's
+        siblings and children tend to miss the memos where it did."""
+        self.replayed_before: dict[bytes, World] = {}
+
+    def new_level(self) -> None:
+        """Let go of the Worlds replayed before the last level (at most ``KEPT_WORLDS`` a level are kept)."""
+        self.replayed_before, self.replayed = self.replayed, {}
+
+    def _nearest_replayed(self, path: bytes) -> tuple[int, World]:
+        """The longest of the path's parent and grandparent with a World replayed here, else the root."""
+        for cut in (CODE_BYTES, 2 * CODE_BYTES):
+            if cut < len(path):
+                prefix = path[:-cut]
+                world = self.replayed.get(prefix) or self.replayed_before.get(prefix)
+                if world is not None:
+                    return len(prefix), world
+        return 0, self.root.world
+
     def world_of(self, entry: Entry) -> World:
-        """An entry that came in a row has no parent here: its World is its path replayed from the root."""
+        """An entry that came in a row has no parent here: its World is its path replayed from the root
+        (or from a World replayed for a prefix of it, ``replayed``)."""
         if entry.world is None and entry.parent is None and entry.path:
-            world = self.root.world.clone(history=False)
-            for action, meant in self.steps_of(entry.path):
+            path = entry.path
+            start, world = self._nearest_replayed(path)
+            world = world.clone(history=False)
+            steps = self.steps_of(path[start:])
+            last = len(steps) - 1
+            for at, (action, meant) in enumerate(steps):
+                if at == last and at > 0 and len(self.replayed) < KEPT_WORLDS:
+                    self.replayed[path[:-CODE_BYTES]] = world.clone(history=False)  # for the siblings
                 if meant is not None:
                     action = translate(world, action, *meant)
                 world.apply(action)
@@ -118,6 +148,8 @@ class OwnedWalk(AbstractWalk):
                 memo[job] = self.parts_by_number[part]
                 memo[DETAIL + job] = detail
             entry.world = world
+            if len(self.replayed) < KEPT_WORLDS:
+                self.replayed[path] = world  # shared, as every built World is: it is cloned before a step
             self.replays += 1
             return world
         return super().world_of(entry)
@@ -169,6 +201,7 @@ class Partition:
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
+        walk.new_level()
         entered_found = self._judge_entered(frontier, known)
         drain_found: dict[str, tuple[int, list]] = {}
         unsettled: list[int] = []  # the orders of the states whose drain found no fixed point
