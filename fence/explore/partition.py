@@ -92,19 +92,6 @@ class OwnedWalk(AbstractWalk):
         codes = self.step_codes
         return [codes[path[at:at + CODE_BYTES]] for at in range(0, len(path), CODE_BYTES)]
 
-    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
-        """What a step into a state not seen here broke, but for invariant 3's present (``present_judged``).
-
-        Nearly every state is reached in both partitions in its level (two jobs' steps commute), so
-        judging the present here judged most states twice; the owner judges it once per state, on the
-        least order that reached it (``Partition._judge_entered``), and reuses the readings for the drain.
-        """
-        if readings is not None:  # a memo check (``check_judgement``) compares the whole judgement
-            return super().judge_new(child, findings, known, readings)
-        if not findings:
-            return []
-        return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
-
     def __init__(self, *args, **options) -> None:
         super().__init__(*args, **options)
         self.replayed: dict[bytes, World] = {}
@@ -122,10 +109,25 @@ class OwnedWalk(AbstractWalk):
         for cut in (CODE_BYTES, 2 * CODE_BYTES):
             if cut < len(path):
                 prefix = path[:-cut]
-                world = self.replayed.get(prefix) or self.replayed_before.get(prefix)
+                world = self.replayed.get(prefix)
+                if world is None:
+                    world = self.replayed_before.get(prefix)
                 if world is not None:
                     return len(prefix), world
         return 0, self.root.world
+
+    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
+        """What a step into a state not seen here broke, but for invariant 3's present (``present_judged``).
+
+        Nearly every state is reached in both partitions in its level (two jobs' steps commute), so
+        judging the present here judged most states twice; the owner judges it once per state, on the
+        least order that reached it (``Partition._judge_entered``), and reuses the readings for the drain.
+        """
+        if readings is not None:  # a memo check (``check_judgement``) compares the whole judgement
+            return super().judge_new(child, findings, known, readings)
+        if not findings:
+            return []
+        return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
 
     def world_of(self, entry: Entry) -> World:
         """An entry that came in a row has no parent here: its World is its path replayed from the root
