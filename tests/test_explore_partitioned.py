@@ -24,7 +24,7 @@ from fence.explore.report import report_text
 from fence.explore.walk import explore
 from fence.model.invariants import INVARIANTS, Invariant
 from fence.explore.partition import ContentNumbers, step_code
-from fence.explore.partitioned import explore_partitioned
+from fence.explore.partitioned import _least, explore_partitioned
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig, World
 
@@ -79,6 +79,16 @@ def test_two_processes_give_exactly_what_one_does(name, config, symmetry):
     shared = explore_partitioned(policy, config, partitions=2, symmetry=symmetry)
     assert shared.partitioned_on == "2 processes"
     assert outcome_of(shared) == outcome_of(alone)
+
+
+def test_a_finding_reported_a_round_later_at_a_lesser_order_replaces_the_first():
+    """Invariant 3's present on a new state is judged by its owner a round after the transition into it
+    (``Partition._judge_entered``), so a finding can arrive after one at a greater order of the same level."""
+    found: dict = {}
+    _least(found, [{"no_early_release": ((6 << 16) + 3, ["a real step into a state seen by its owner"])}, {}])
+    _least(found, [{}, {"no_early_release": ((5 << 16) + 1, ["the least transition into that state"])}])
+    _least(found, [{"no_early_release": (7 << 32, ["a deeper level"])}])
+    assert found == {"no_early_release": ((5 << 16) + 1, ["the least transition into that state"])}
 
 
 def test_three_processes_and_a_depth_bound_agree_with_one():

@@ -14,6 +14,7 @@ from operator import itemgetter
 
 from fence.explore.abstract import AbstractWalk
 from fence.explore.abstract_state import Entry, PartNumbers, translate
+from fence.explore.abstract_worlds import KEPT_WORLDS
 from fence.explore.drain_judge import DrainJudge
 from fence.explore.transitions import DETAIL, StepMemo
 from fence.explore.visited import KEY_PRIME, KeySums, of_plain
@@ -91,11 +92,55 @@ class OwnedWalk(AbstractWalk):
         codes = self.step_codes
         return [codes[path[at:at + CODE_BYTES]] for at in range(0, len(path), CODE_BYTES)]
 
+    def __init__(self, *args, **options) -> None:
+        super().__init__(*args, **options)
+        self.replayed: dict[bytes, World] = {}
+        """Path -> the World replayed for it (or for its parent on the way) in this level; ``replayed_before``
+        the last level's. A replay starts from its parent's or grandparent's World if one is here: a state's
+        siblings and children tend to miss the memos where it did."""
+        self.replayed_before: dict[bytes, World] = {}
+
+    def new_level(self) -> None:
+        """Let go of the Worlds replayed before the last level (at most ``KEPT_WORLDS`` a level are kept)."""
+        self.replayed_before, self.replayed = self.replayed, {}
+
+    def _nearest_replayed(self, path: bytes) -> tuple[int, World]:
+        """The longest of the path's parent and grandparent with a World replayed here, else the root."""
+        for cut in (CODE_BYTES, 2 * CODE_BYTES):
+            if cut < len(path):
+                prefix = path[:-cut]
+                world = self.replayed.get(prefix)
+                if world is None:
+                    world = self.replayed_before.get(prefix)
+                if world is not None:
+                    return len(prefix), world
+        return 0, self.root.world
+
+    def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
+        """What a step into a state not seen here broke, but for invariant 3's present (``present_judged``).
+
+        Nearly every state is reached in both partitions in its level (two jobs' steps commute), so
+        judging the present here judged most states twice; the owner judges it once per state, on the
+        least order that reached it (``Partition._judge_entered``), and reuses the readings for the drain.
+        """
+        if readings is not None:  # a memo check (``check_judgement``) compares the whole judgement
+            return super().judge_new(child, findings, known, readings)
+        if not findings:
+            return []
+        return [inv.name for inv in self.step_invariants if inv.name in findings and inv.name not in known]
+
     def world_of(self, entry: Entry) -> World:
-        """An entry that came in a row has no parent here: its World is its path replayed from the root."""
+        """An entry that came in a row has no parent here: its World is its path replayed from the root
+        (or from a World replayed for a prefix of it, ``replayed``)."""
         if entry.world is None and entry.parent is None and entry.path:
-            world = self.root.world.clone(history=False)
-            for action, meant in self.steps_of(entry.path):
+            path = entry.path
+            start, world = self._nearest_replayed(path)
+            world = world.clone(history=False)
+            steps = self.steps_of(path[start:])
+            last = len(steps) - 1
+            for at, (action, meant) in enumerate(steps):
+                if at == last and at > 0 and len(self.replayed) < KEPT_WORLDS:
+                    self.replayed[path[:-CODE_BYTES]] = world.clone(history=False)  # for the siblings
                 if meant is not None:
                     action = translate(world, action, *meant)
                 world.apply(action)
@@ -105,6 +150,8 @@ class OwnedWalk(AbstractWalk):
                 memo[job] = self.parts_by_number[part]
                 memo[DETAIL + job] = detail
             entry.world = world
+            if len(self.replayed) < KEPT_WORLDS:
+                self.replayed[path] = world  # shared, as every built World is: it is cloned before a step
             self.replays += 1
             return world
         return super().world_of(entry)
@@ -138,7 +185,9 @@ class Partition:
         self.untold: dict[bytes, tuple] = {}
         """The steps this partition made since its last batches: each batch tells its owner of them."""
         self.made: dict = {}
-        """(id(action), meant) -> (action, code): each step's code computed once (the action is kept alive)."""
+        """id(action) -> (action, meant, code): each step's code computed once. An action's meant is the same
+        object each time it is taken (both come from one memoised list), so the lookup hashes no tuple; both
+        are kept alive, so their ids are not reused."""
         root_key = self.walk.root_key()
         self.seen: set[int] = {root_key}  # every partition knows the root: it is never sent
         self.candidates: dict[int, tuple] = {}
@@ -155,6 +204,8 @@ class Partition:
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
+        walk.new_level()
+        entered_found = self._judge_entered(frontier, known)
         drain_found: dict[str, tuple[int, list]] = {}
         unsettled: list[int] = []  # the orders of the states whose drain found no fixed point
         drained = set(known)
@@ -168,7 +219,8 @@ class Partition:
                 if name not in drained:
                     drain_found[name] = (order, walk.steps_of(entry.path))
                     drained.add(name)
-        report = {"accepted": len(frontier), "drain_found": drain_found, "unsettled": unsettled,
+        report = {"accepted": len(frontier), "entered_found": entered_found, "drain_found": drain_found,
+                  "unsettled": unsettled,
                   "transitions": 0, "reached": Counter(), "step_found": {}, "stopped": False, "rows": 0}
         outgoing: list = [None] * self.count
         if expand and frontier:
@@ -183,6 +235,22 @@ class Partition:
         report["seen_bytes"] = sys.getsizeof(self.seen) + len(self.seen) * _FINGERPRINT_BYTES
         report["rebuilt"] = walk.replays
         return report, outgoing
+
+    def _judge_entered(self, frontier: list[tuple[int, Entry]], known: frozenset) -> dict[str, tuple[int, list]]:
+        """Invariant 3's present on this level's new states, in order: the first that breaks it, with its path.
+
+        The transition that entered a state at its least order is the one the one-process walk judges
+        it on (``OwnedWalk.judge_new``); transitions into a state seen before judge only their findings.
+        """
+        walk = self.walk
+        name = walk.present_judged
+        if name is None or name in known:  # known: found before the level that entered these states
+            return {}
+        capacity = walk.capacity
+        for order, entry in frontier:
+            if entry.path and sum(reading[0] for reading in walk.readings_of(entry)) > capacity:
+                return {name: (order, walk.steps_of(entry.path))}
+        return {}
 
     def _news(self) -> list[list]:
         """What the memos learned here since they last told (and were told): the new items of each, and the parts."""
@@ -256,14 +324,14 @@ class Partition:
                 transitions += 1
                 if broken or child is not None:
                     meant = walk.last_meant
-                    known_step = made.get((id(action), meant))
-                    if known_step is None or known_step[0] is not action:
+                    known_step = made.get(id(action))
+                    if known_step is None or known_step[0] is not action or known_step[1] is not meant:
                         step = (action, meant)
                         code = step_code(step)
                         if code not in codes:
                             codes[code] = untold[code] = step
-                        known_step = made[(id(action), meant)] = (action, code)
-                    code = known_step[1]
+                        known_step = made[id(action)] = (action, meant, code)
+                    code = known_step[2]
                     for name in broken:
                         if name not in step_found:
                             step_found[name] = (base + place, walk.steps_of(path + code))

@@ -49,6 +49,12 @@ The same order, so the same counterexamples
     invariant, its first breaking transition with its order; the coordinator
     takes the least of each level. That is the transition the one-process walk
     finds first, so the counterexample is the same path (the tests compare them).
+    One judgement waits a round: invariant 3's present reading on a new state is
+    judged by the state's owner, on the least order that reached it
+    (``Partition._judge_entered``), where one process judges it on the first
+    transition into the state; so the partitions are told of a name found by a
+    round's expansion only a round later, and the coordinator keeps a finding's
+    least order over all rounds (orders of a deeper level are always larger).
 
 What is not shared: ``max_states`` and ``stop_when_all_violated`` (the one-process
 walk keeps them exactly), user plug-ins and user step invariants (their walks are
@@ -83,6 +89,8 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
     remaining = False
     peak = 0
     reports: list[dict] = []
+    known: frozenset = frozenset()
+    """What the partitions are told is found: not yet what the last round's expansion found (see above)."""
     while True:
         expand = max_depth is None or depth < max_depth
         seconds_left = None
@@ -91,7 +99,7 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
             if seconds_left <= 0:
                 out_of_budget = "time_budget"
                 break
-        reports = transport.round(expand, frozenset(found), seconds_left)
+        reports = transport.round(expand, known, seconds_left)
         accepted = sum(report["accepted"] for report in reports)
         result.states += accepted
         peak = max(peak, sum(report["peak_bytes"] for report in reports))
@@ -103,11 +111,14 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
             last = max(found[name][0] for name in teardown - before)
             unsettled = [order for order in unsettled if order <= last]
         result.drains_unsettled += len(unsettled)
+        # Transitions of the level before into this level's states, judged by the states' owners.
+        _least(found, [report["entered_found"] for report in reports])
         if accepted == 0:
             break
         if not expand:
             remaining = True
             break
+        known = frozenset(found)
         _least(found, [report["step_found"] for report in reports])
         result.transitions += sum(report["transitions"] for report in reports)
         for report in reports:
@@ -131,9 +142,11 @@ def coordinate(result, transport, invariants, *, max_depth, time_budget, progres
 
 
 def _least(found: dict, findings: list[dict]) -> None:
-    """Record each invariant not found before at the least order any partition found it."""
-    for name in sorted({name for first in findings for name in first} - set(found)):
-        found[name] = min((first[name] for first in findings if name in first), key=_by_order)
+    """Record each invariant at the least order any partition found it, in this round or before."""
+    for name in sorted({name for first in findings for name in first}):
+        least = min((first[name] for first in findings if name in first), key=_by_order)
+        if name not in found or least[0] < found[name][0]:
+            found[name] = least
 
 
 # -- transports: processes on this machine, or Ray actors ------------------------------------------
