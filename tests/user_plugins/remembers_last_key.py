@@ -13,3 +13,9 @@ from fence import TicketService
 class RemembersLastKey(TicketService):
     def lookup(self, key):
         return bool(self._effects) and self._effects[-1].key == key
+
+
+class RemembersLastKeyWithoutStepMemo(RemembersLastKey):
+    """The same, walked without the plug-in step memo: the faithfulness check alone must catch it."""
+
+    STEP_MEMO = False
