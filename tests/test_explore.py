@@ -575,7 +575,7 @@ def test_a_janitor_s_step_is_given_to_a_janitor_that_can_take_it():
     janitor 0's goes to janitor 1, and a settle recorded as janitor 1's goes to
     janitor 0. A step nobody can take is a memo fault and raises.
     """
-    from fence.explore.abstract import translate
+    from fence.explore.abstract_state import translate
     from fence.explore.transitions import MemoMismatch, relative_action
     from fence.model.world import Probe, Settle
 

@@ -89,7 +89,6 @@ from operator import itemgetter
 from fence.explore import transitions
 from fence.explore.abstract_checks import MemoChecks
 from fence.explore.abstract_state import JANITOR_KINDS, Entry, PartNumbers, concrete_action
-from fence.explore.abstract_state import translate  # noqa: F401  (tests import it from here)
 from fence.explore.abstract_steps import MemoSteps
 from fence.explore.abstract_worlds import WorldsOfEntries
 from fence.explore.drain_judge import DrainJudge
