@@ -163,6 +163,8 @@ class DrainJudge:
             answer = self.memo.get(halfway_key)
             if answer is not None:
                 return answer, None
+            # No state on the way there has an answer either, so its own key is not asked (``Missed.halfway``).
+            return None, Missed(learn, halfway_key, None)
         # else the first half takes no step: no halfway key (see ``__call__``)
         if in_flight:
             own = self.first_round_fingerprint(own_key(), self.FIRST_ROUND_DELIVERING)
@@ -227,6 +229,10 @@ class DrainJudge:
         # goes on as it would from the state that delivery leads to: every state
         # on the way ends the first half where this one does. Such a state is
         # often another explored state (this one's child by that delivery).
+        # Unless ``lookup`` missed where they all end (``Missed.halfway``): then none of them has an answer.
+        if known is not None and known.halfway is not None:
+            while drained.network:
+                drained._drain_deliver_next()
         while drained.network:
             # The state itself: ``lookup`` missed on its key already; the states after it are looked up.
             key, answer = self._key_and_answer(own_missed, drained, self.FIRST_ROUND_DELIVERING, fingerprint)
@@ -316,9 +322,17 @@ class Missed(NamedTuple):
     learn: tuple | None
     """What ``_learn_halves`` needs, when a job's first half is not known yet."""
     halfway: int | None
-    """The memo key of where the first half ends, composed from the jobs' halves, if it takes a step."""
+    """The memo key of where the first half ends, composed from the jobs' halves, if it takes a step.
+
+    Its miss says that no state on the way there (the deliveries of the first half) has an answer:
+    a drain stores a delivery's key only with the answer for where its first half ends, or after
+    finding an answer at a key stored that way (``__call__``), so the answer for the end would have
+    been stored with it. ``lookup`` and ``__call__`` then look none of them up, nor store them: a state
+    whose jobs' halves are known asks for this key first, and stops there once it is stored. (A lookup
+    skipped, or a key not stored, can only cost a drain, never change an answer.)"""
     own: int | None
-    """The state's own memo key in a first round's deliveries, if messages are in flight."""
+    """The state's own memo key in a first round's deliveries, if messages are in flight and ``halfway``
+    is None."""
 
 
 def _drain_order_key(message) -> tuple:
