@@ -95,7 +95,7 @@ from fence.explore.drain_judge import DrainJudge
 from fence.model.invariants import StepJudge
 from fence.explore.state_key import state_key, up_to_janitors
 from fence.explore.transitions import MemoMismatch, relative_action
-from fence.explore.visited import KEY_PRIME, KeySums
+from fence.explore.visited import EMPTY_SLOT, KEY_PRIME, KeySums, VisitedTable
 from fence.model.rules import ACTION_KINDS
 from fence.model.world import Action, World
 
@@ -310,6 +310,7 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
             return
         tick_moves = self.tick_moves
         counting = self.quiet is not None
+        table = type(visited) is VisitedTable  # probed here, once per transition, without a call
         quiet = 0
         for item in self.actions_of(entry):
             # The loop runs once per transition: most are a job's step the memo answers, into a state
@@ -354,7 +355,21 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
                 for name, count in got.items():
                     reached[name] += count
             findings = answer[3]
-            if key in visited:
+            if table:  # ``VisitedTable.__contains__`` written out: its attributes read anew, ``add`` may have grown it
+                index, kept, mask = visited._index, visited._fingerprints, visited._mask
+                slot = key & mask
+                while True:
+                    node = index[slot]
+                    if node == EMPTY_SLOT:
+                        seen = False
+                        break
+                    if kept[node] == key:
+                        seen = True
+                        break
+                    slot = (slot + 1) & mask
+            else:
+                seen = key in visited
+            if seen:
                 if findings:
                     if quiet:
                         self.quiet += quiet

@@ -191,6 +191,10 @@ class Fingerprints:
         return tuple(sorted(items, key=lambda item: marshal.dumps(item, _MARSHAL_VERSION)))
 
 
+_IDENTITIES_KEPT = 1 << 12
+"""At most this many action objects remembered by identity (``Parents.add``)."""
+
+
 class Parents:
     """Each visited state's parent and the step from it, as two flat arrays: the path to any state, rebuilt.
 
@@ -213,16 +217,28 @@ class Parents:
         """The distinct steps taken, by number."""
         self._meant: list = []
         self._step_numbers: dict = {}
+        self._plain_by_identity: dict[int, tuple] = {}
+        """id(action) -> (action, its step number) for a step added with no ``meant``: the abstract walk passes
+        the same few action objects again and again, and hashing one (a dataclass's fields) was most of
+        ``add``. The action is held, so its id is not reused while the entry lives."""
 
     def add(self, parent: int, action, meant=None) -> int:
         """Record a new state found from ``parent`` by ``action`` (meant as ``meant``); its number."""
-        number = self._step_numbers.get((action, meant))
-        if number is None:
-            number = self._step_numbers[(action, meant)] = len(self.steps)
-            self.steps.append(action)
-            self._meant.append(meant)
-            if number > 0xFFFF and self._step.typecode == "H":
-                self._step = array("I", self._step)
+        seen = self._plain_by_identity.get(id(action)) if meant is None else None
+        if seen is not None and seen[0] is action:
+            number = seen[1]
+        else:
+            number = self._step_numbers.get((action, meant))
+            if number is None:
+                number = self._step_numbers[(action, meant)] = len(self.steps)
+                self.steps.append(action)
+                self._meant.append(meant)
+                if number > 0xFFFF and self._step.typecode == "H":
+                    self._step = array("I", self._step)
+            if meant is None:
+                if len(self._plain_by_identity) >= _IDENTITIES_KEPT:
+                    self._plain_by_identity.clear()  # objects made once (a step the model took) must not pile up
+                self._plain_by_identity[id(action)] = (action, number)
         self._parent.append(parent)
         self._step.append(number)
         return len(self._parent) - 1
@@ -257,8 +273,9 @@ class Parents:
         return self._parent.itemsize * len(self._parent) + self._step.itemsize * len(self._step)
 
 
-_EMPTY = 0xFFFFFFFF
-"""A free slot of ``VisitedTable``'s index (no state has this number: the table holds fewer)."""
+EMPTY_SLOT = _EMPTY = 0xFFFFFFFF
+"""A free slot of ``VisitedTable``'s index (no state has this number: the table holds fewer). Public as
+``EMPTY_SLOT`` for ``fence.explore.abstract``, whose hot loop writes ``__contains__``'s probe out again."""
 
 _FREE_CHUNK = array("I", b"\xff" * (4 * 2**16))
 """Free slots, 256 KiB of them: what ``VisitedTable._grow`` lengthens and clears its index with."""
@@ -317,7 +334,8 @@ class VisitedTable:
             slot = (slot + 1) & mask
 
     def __contains__(self, fingerprint: int) -> bool:
-        # ``get``'s probe written out again, not called: ``in`` runs per transition on the abstract walk.
+        # ``get``'s probe written out again, not called: ``in`` runs per transition (and the abstract walk's
+        # ``successors`` writes it out once more: a change to the index's layout must change it there too).
         index, fingerprints, mask = self._index, self._fingerprints, self._mask
         slot = fingerprint & mask
         while True:
