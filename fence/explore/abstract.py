@@ -310,7 +310,7 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
             return
         tick_moves = self.tick_moves
         counting = self.quiet is not None
-        table = type(visited) is VisitedTable  # probed here, once per transition, without a call
+        probed_here = type(visited) is VisitedTable  # probed here, once per transition, without a call
         quiet = 0
         for item in self.actions_of(entry):
             # The loop runs once per transition: most are a job's step the memo answers, into a state
@@ -355,11 +355,11 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
                 for name, count in got.items():
                     reached[name] += count
             findings = answer[3]
-            if table:  # ``VisitedTable.__contains__`` written out: its attributes read anew, ``add`` may have grown it
-                index, kept, mask = visited._index, visited._fingerprints, visited._mask
+            if probed_here:  # ``VisitedTable.__contains__`` written out: its attributes read anew, ``add`` may have grown it
+                slots, kept, mask = visited._index, visited._fingerprints, visited._mask
                 slot = key & mask
                 while True:
-                    node = index[slot]
+                    node = slots[slot]
                     if node == EMPTY_SLOT:
                         seen = False
                         break
