@@ -81,6 +81,11 @@ class OwnedWalk(AbstractWalk):
 
     numbering = ContentNumbers
 
+    quiet = 0
+    """Transitions into states seen here that broke nothing are counted, not yielded (``AbstractWalk.quiet``):
+    they were most of a partition's yields. ``Partition._expand`` recovers each yielded transition's place
+    among its state's actions from this count, which ``successors`` brings up to date before each yield."""
+
     def key_sums(self, symmetry: bool, positions: int) -> KeySums:
         """The one-process walk's sums, each piece's number drawn from its content: the same in every process."""
         return KeySums(symmetry, positions, draw=_drawn_from_content)
@@ -313,15 +318,18 @@ class Partition:
         made, codes, untold = self.made, self.codes, self.untold
         step_found = report["step_found"]
         reached = report["reached"]
-        transitions = 0
+        yielded = 0
+        walk.quiet = 0
         for order, entry in frontier:
             if deadline is not None and time.monotonic() > deadline:
                 report["stopped"] = True
                 break
             base = order << STRIDE_BITS
+            before = yielded + walk.quiet  # the level's transitions before this state's
             path = entry.path
-            for place, (action, child, key, broken) in enumerate(walk.successors(entry, seen, known, reached)):
-                transitions += 1
+            for action, child, key, broken in walk.successors(entry, seen, known, reached):
+                place = yielded + walk.quiet - before  # this state's transitions before it, yielded or quiet
+                yielded += 1
                 if broken or child is not None:
                     meant = walk.last_meant
                     known_step = made.get(id(action))
@@ -350,7 +358,8 @@ class Partition:
                     ))
         for _order, entry in frontier:
             entry.parent = None  # its children have its World if they need it; nothing older is kept
-        report["transitions"] = transitions
+        report["transitions"] = yielded + walk.quiet
+        walk.quiet = 0
         return rows
 
 
