@@ -24,9 +24,10 @@ its sender had to build one (its memos missed on it). With the rows go the
 steps behind new codes and what the sender's memos learned this round
 (``Partition._news``): every memo key and answer is written in content
 numbers, and each answer was computed by the model on a real World, so a
-partition told of it need not build that World itself. A batch is pickled
-once per owner per round. The path is all the parent bookkeeping there is: a
-World that a memo miss needs is rebuilt by replaying it
+partition told of it need not build that World itself. A batch is packed
+once per owner per round (its rows by ``marshal``, the rest pickled:
+``fence.explore.partition._packed``). The path is all the parent bookkeeping
+there is: a World that a memo miss needs is rebuilt by replaying it
 (``OwnedWalk.world_of``), and a counterexample is the path to the first
 violating transition, replayed from scratch as in one process.
 
