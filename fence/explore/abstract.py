@@ -122,10 +122,10 @@ class AbstractWalk(MemoSteps, WorldsOfEntries, MemoChecks):
     """``successors`` yields a child only for a key not in ``visited`` (looked up there just before)."""
 
     quiet: int | None = None
-    """None: ``successors`` yields every transition (the partitioned walk numbers them by place); a count
-    (``walk`` sets 0): it yields no transition into a visited state that broke nothing, and adds it here
-    instead, before its next yield and at its end, so a walk stopped at any yield has counted the
-    transitions before it, as when they were yielded. Most transitions are such, and a yield each was
+    """None: ``successors`` yields every transition; a count (the one-process walk and each partition set 0):
+    it yields no transition into a visited state that broke nothing, and adds it here instead, before its
+    next yield and at its end, so a walk stopped at any yield has counted the transitions before it, as
+    when they were yielded. Most transitions are such, and a yield each was
     a tenth of the walk."""
 
     numbering = PartNumbers
