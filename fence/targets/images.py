@@ -41,7 +41,7 @@ from typing import Callable, Iterable
 
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
-from fence.targets.redis_image import InstantsIn
+from fence.targets.redis_image import InstantsIn, left_out, members
 
 
 # -- ids that depend on the path taken ------------------------------------------------------
@@ -72,4 +72,4 @@ def ranked_ids(
 
 
 __all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
-           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids", "InstantsIn"]
+           "SchemaImage", "dump_redis", "left_out", "literal", "load_redis", "members", "ranked_ids", "InstantsIn"]

@@ -121,6 +121,8 @@ class TargetLedger(Restorable):
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
         self._answers: dict[str, object] = {}
         """What the server answered since the last call that may change it (``_answered``)."""
+        for name, empty in (self.STATE.items() if isinstance(self.STATE, dict) else ()):
+            setattr(self, name, empty())
         if getattr(session, "restorer", None) is not None:  # the server as it is now: emptied for this world
             self._restoring(session.restorer)
 
@@ -145,9 +147,10 @@ class TargetLedger(Restorable):
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
-    STATE: tuple[str, ...] = ()
+    STATE: tuple[str, ...] | dict[str, Callable[[], object]] = ()
     """The names of the subclass's own attributes that decide its next answers (a dict or set of what it
-    published, released, re-picked): the default ``snapshot()`` holds each as a sorted value."""
+    published, released, re-picked): the default ``snapshot()`` holds each as a sorted value. As a dict
+    (``{"_released": set}``) the constructor makes each attribute too, empty, from its type."""
 
     def _records(self) -> dict[str, TakenReservation]:
         return self._taken_by_id

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
@@ -53,13 +53,14 @@ class PostgresTables:
     with CASCADE when emptying; ``ordered_by`` names, per table keyed by
     something other than an ``id`` column (DBOS's by a workflow id), the
     ``ORDER BY`` of its rows over the alias ``t``: such a table has no id
-    sequence to keep.
+    sequence to keep; ``deciding`` names, per table, what of a row decides an
+    answer (``row -> value``, None for nothing), for ``PostgresSession.snapshot``.
     """
 
     def __init__(
         self, tables: Iterable[str], time: ModelTime, *, timed: Mapping[str, Mapping[str, str]] | None = None,
         identity: Iterable[str] = (), refilled_by_triggers: Iterable[str] = (), cascade: bool = False,
-        ordered_by: Mapping[str, str] | None = None,
+        ordered_by: Mapping[str, str] | None = None, deciding: Mapping[str, Callable[[dict], object]] | None = None,
     ) -> None:
         self.tables = tuple(tables)
         self.time = time
@@ -68,6 +69,7 @@ class PostgresTables:
         self.refilled = frozenset(refilled_by_triggers)
         self.cascade = cascade
         self.ordered_by = dict(ordered_by or {})
+        self.deciding = dict(deciding or {})
 
     def sequences_query(self) -> str:
         """One statement: each table's id sequence (``name``, ``sequence``), and the setting a load needs."""
@@ -235,6 +237,15 @@ class PostgresSession:
 
     def load(self, image: SchemaImage) -> None:
         self.run(self.execute(self.image.load_script(image, self.sequences)))
+
+    def snapshot(self, image: SchemaImage, now: float) -> tuple:
+        """``image`` as a snapshot (what ``TargetLedger.snapshot()`` holds by default): each table the tables'
+        ``deciding`` names as the sorted values its rows decide (a row deciding None left out), any other as
+        its rows, and the id sequences. Timed columns stay ticks before the dump (a target whose snapshot
+        compares them at the ledger's clock ``now`` writes its own)."""
+        return tuple(text if (decides := self.image.deciding.get(table)) is None
+                     else tuple(sorted(value for value in map(decides, rows) if value is not None))
+                     for table, text, rows in zip(self.image.tables, image.tables, image.rows)) + (image.sequences,)
 
     def move_time(self, ticks: float) -> None:
         """Model time on by ``ticks``: the timed columns moved back (what ``TargetLedger._move_clock`` calls)."""

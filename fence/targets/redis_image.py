@@ -11,7 +11,7 @@ import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
@@ -48,6 +48,16 @@ def _names(names: Iterable[str | bytes]) -> frozenset[bytes]:
 def _timed(name: bytes, timestamps: frozenset[bytes]) -> bool:
     """Is ``name`` one of ``timestamps``, a key name or a glob pattern (``started:*``: one set per job key)?"""
     return name in timestamps or any(fnmatchcase(name, pattern) for pattern in timestamps)
+
+
+def left_out(contents: object) -> None:
+    """For ``deciding``: the key decides no answer (a dead letter nothing reads back): left out of the snapshot."""
+    return None
+
+
+def members(contents: tuple) -> tuple:
+    """For ``deciding``: a sorted set's members without their scores (instants no answer compares)."""
+    return tuple(member for member, _ in contents)
 
 
 _READERS = {
@@ -210,6 +220,7 @@ class RedisDatabase:
     def __init__(
         self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
         milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> None:
         self.client = client
         self.time = time
@@ -218,6 +229,9 @@ class RedisDatabase:
         """The timestamp sets scored in milliseconds (``dump_redis``)."""
         self.instants = tuple(instants)
         """Instants inside hash values (``InstantsIn``), kept as ticks ahead."""
+        self.deciding = [(pattern.encode(), decides) for pattern, decides in (deciding or {}).items()]
+        """What of a key's contents decides an answer, by key name or glob pattern (the first that matches):
+        ``decides(contents)``, None to leave the key out; applied in ``snapshot`` only."""
         self._move_back = client.register_script(MOVE_BACK)
 
     def dump(self) -> RedisImage:
@@ -247,21 +261,29 @@ class RedisDatabase:
     def snapshot(
         self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
         canonical: Callable[[object], object] = lambda value: value,
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> tuple:
         """``image`` as a snapshot: keys by ``canonical`` name and contents, timestamps and TTLs at model ticks.
 
         A timestamp set's score is the tick of ``now`` (the ledger's clock) it
         stands at, a TTL the tick the key expires at; keys whose name starts with
-        one of ``leave_out`` are left out (what decides no answer); hashes, sets
-        and sorted sets are sorted after ``canonical`` renamed them. Instants in
-        hash values (``InstantsIn``) are the tick they fall due at.
+        one of ``leave_out`` are left out (what decides no answer), and a key
+        ``deciding`` names (this call's, then the database's) is what its function
+        answers of its contents (left out on None: a key whose answer depends on
+        other keys, say); hashes, sets and sorted sets are sorted after ``canonical``
+        renamed them. Instants in hash values (``InstantsIn``) are the tick they
+        fall due at.
         """
         for instants in self.instants:
             image = instants.at_model_ticks(image, now)
         ttls = dict(image.ttls)
+        deciding = [(pattern.encode(), decides) for pattern, decides in (deciding or {}).items()] + self.deciding
         keys = []
         for name, kind, value in image.keys:
             if leave_out and name.startswith(leave_out):
+                continue
+            decides = next((decides for pattern, decides in deciding if fnmatchcase(name, pattern)), None)
+            if decides is not None and (value := decides(value)) is None:
                 continue
             if kind == "zset" and _timed(name, self.timestamps | self.milliseconds):
                 value = tuple((member, now - ticks) for member, ticks in value)
@@ -281,8 +303,8 @@ class RedisSession:
     What every Redis adapter needed beside: ``library`` opens the library's own
     handle (a failure is one line naming it) and ``closing`` closes it with the
     session; ``worker(reservation_id)`` is a worker per reservation from the
-    subclass's ``new_worker()``; ``loop`` and ``run`` an event loop for a
-    library on asyncio.
+    subclass's ``new_worker()`` (or any worker by name, made once); ``loop``,
+    ``run`` and ``on_loop`` an event loop for a library on asyncio.
     """
 
     LIBRARIES: dict[str, str] = {}
@@ -291,6 +313,7 @@ class RedisSession:
     def __init__(
         self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
         milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> None:
         import redis
 
@@ -303,7 +326,7 @@ class RedisSession:
         self.time = time
         """The target's model time (``ModelTime``): its ledger's too."""
         self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds,
-                                      instants=instants)
+                                      instants=instants, deciding=deciding)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence.model.restore``)."""
         self._workers: dict[str, object] = {}
@@ -363,13 +386,22 @@ class RedisSession:
         """One of the library's workers (a broker, a channel) on ``client``, for ``worker``."""
         raise NotImplementedError(f"{type(self).__name__} makes no workers: implement new_worker()")
 
-    def worker(self, reservation_id: str) -> object:
-        """The worker that takes reservation ``reservation_id``'s job, made once by ``new_worker()``: the same in
-        every world and every copy of one, so the library's worker must keep nothing beside its identity that
-        decides what its calls do to the database."""
-        if reservation_id not in self._workers:
-            self._workers[reservation_id] = self.new_worker()
-        return self._workers[reservation_id]
+    def worker(self, name: object, make: Callable[[], T] | None = None) -> T:
+        """The worker named ``name``, made once by ``make()`` (by default ``new_worker()``): a reservation id's
+        worker takes that reservation's job (a lease's, arq's, times its jobs out by it). The same in every world
+        and every copy of one, so the library's worker must keep nothing beside its identity that decides what
+        its calls do to the database."""
+        if name not in self._workers:
+            self._workers[name] = (make or self.new_worker)()
+        return self._workers[name]
+
+    def on_loop(self, make: Callable[[], T]) -> T:
+        """``make()`` with the session's ``loop`` as the current one: for a library's object that takes the
+        current event loop when it is made (arq's ``Worker``), so that ``run`` drives its calls."""
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        return make()
 
     def close(self) -> None:
         try:
@@ -384,4 +416,5 @@ class RedisSession:
 
 
 
-__all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "load_redis"]
+__all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "left_out",
+           "load_redis", "members"]
