@@ -29,11 +29,11 @@ from fence.targets.protocol import (
 TIME = ModelTime(tick_seconds=60.0)
 """Nominal: a tick stands for a minute of an executor's silence; nothing on the server is moved."""
 TASK_NAME, STEP = "fence_ticket", "write_ticket"
-TABLES = {"workflow_status": itemgetter("workflow_uuid", "status", "executor_id", "owner_xid", "recovery_attempts",
-                                        "queue_name"),
-          "workflow_input": lambda row: None,
-          "operation_outputs": lambda step: (step["workflow_uuid"], step["function_id"], step["error"] is None),
-          "workflow_output": lambda outcome: (outcome["workflow_uuid"], outcome["error"] is None)}
+TABLES = {"dbos.workflow_status": itemgetter("workflow_uuid", "status", "executor_id", "owner_xid",
+                                             "recovery_attempts", "queue_name"),
+          "dbos.workflow_input": lambda row: None,
+          "dbos.operation_outputs": lambda step: (step["workflow_uuid"], step["function_id"], step["error"] is None),
+          "dbos.workflow_output": lambda outcome: (outcome["workflow_uuid"], outcome["error"] is None)}
 """DBOS's tables a world writes, in the order a load inserts them (a step's workflow first), and what of a row
 decides an answer: which steps and outcomes are stored, output or error; no instant, no serialized value."""
 S = ReservationState
@@ -145,21 +145,13 @@ class Session(PostgresSession):
     def open_library(self, url: str) -> PostgresTables:
         self.own_connection(url)  # DBOS is not on asyncio: the image is read and written on the session's own
         self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
-        try:
-            self.sys_db = self.client._sys_db
-            with self.sys_db.engine.begin() as connection:
-                connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
-                self.sys_db.run_migrations()
-        except Exception:
-            self.client.destroy()
-            raise
+        self.closing(self.client.destroy)
+        self.sys_db = self.client._sys_db
         self.queues: dict = {}
-        tables = tuple(f"dbos.{table}" for table in TABLES)
-        return PostgresTables(tables, TIME, cascade=True, ordered_by={table: "t::text" for table in tables},
-                              deciding={f"dbos.{table}": decides for table, decides in TABLES.items()})
-
-    def close_library(self) -> None:
-        self.client.destroy()
+        with self.sys_db.engine.begin() as connection:
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
+            self.sys_db.run_migrations()
+        return PostgresTables(TABLES, TIME, cascade=True, ordered_by=dict.fromkeys(TABLES, "t::text"), deciding=TABLES)
 
     def queue(self, name: str):
         """The key's queue (configuration, not state: registered once, kept across worlds)."""

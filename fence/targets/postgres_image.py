@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Mapping
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
+from fence.targets.library_session import LibrarySession
 from fence.targets.model_time import ModelTime
 
 
@@ -148,7 +149,7 @@ class PostgresTables:
         return ";\n".join(statements)
 
 
-class PostgresSession:
+class PostgresSession(LibrarySession):
     """A target's session on one PostgreSQL database for a library on asyncio: its event loop, the library's
     handle, its tables' ``PostgresTables`` image and the ``Restorer``.
 
@@ -160,16 +161,16 @@ class PostgresSession:
     on the library's own connection (``execute``, ``fetch``), so that the image
     is read and written where the library reads and writes. A library not on
     asyncio (DBOS) keeps the image on a connection of the session's own
-    instead (``own_connection``), and writes neither.
+    instead (``own_connection``), and writes neither. A handle the library
+    opens is closed with the session by ``closing(close)`` (also when
+    ``open_library`` fails after it), or in ``close_library``.
     """
 
     SYSTEM = "the library"
     """Its name in errors and in ``versions`` (as pip names it)."""
 
     def __init__(self, url: str) -> None:
-        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
-
-        self.loop = asyncio.new_event_loop()
+        super().__init__()
         self.opened = False
         self._own = None
         """The session's own connection (``own_connection``), if it made one."""
@@ -216,12 +217,9 @@ class PostgresSession:
         return self._own
 
     def close_library(self) -> None:
-        """Close what ``open_library`` opened (called only if it returned)."""
+        """Close what ``open_library`` opened and gave no ``closing`` (called only if it returned)."""
 
     # -- the session -------------------------------------------------------------------------
-    def run(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
-
     def rows(self, query: str) -> list[Mapping]:
         """The rows of ``query`` (``fetch``), from outside the loop."""
         return self.run(self.fetch(query))
@@ -259,8 +257,11 @@ class PostgresSession:
 
     def close(self) -> None:
         try:
-            if self.opened:
-                self.close_library()
+            try:
+                if self.opened:
+                    self.close_library()
+            finally:
+                self._close_library()
         finally:
             try:
                 if self._own is not None:

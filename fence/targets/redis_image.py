@@ -10,11 +10,11 @@ import math
 import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Callable, Iterable, Mapping, TypeVar
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
+from fence.targets.library_session import LibrarySession
 from fence.targets.model_time import ModelTime
 
 T = TypeVar("T")
@@ -293,7 +293,7 @@ class RedisDatabase:
         return tuple(sorted(keys))
 
 
-class RedisSession:
+class RedisSession(LibrarySession):
     """A target's session on one Redis database: a client, its ``RedisDatabase`` and the ``Restorer``.
 
     What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
@@ -317,6 +317,7 @@ class RedisSession:
     ) -> None:
         import redis
 
+        super().__init__()
         self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
         try:
             self.client.ping()
@@ -329,8 +330,6 @@ class RedisSession:
                                       instants=instants, deciding=deciding)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence.model.restore``)."""
-        self._workers: dict[str, object] = {}
-        self._on_close: list[Callable[[], object]] = []
 
     def dump(self) -> RedisImage:
         return self.database.dump()
@@ -358,17 +357,6 @@ class RedisSession:
         return {**{name: version(dist) for name, dist in self.LIBRARIES.items()},
                 "redis": self.client.info("server")["redis_version"]}
 
-    @cached_property
-    def loop(self):
-        """An event loop of the session's own, for a library on asyncio (arq): made on first use."""
-        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
-
-        return asyncio.new_event_loop()
-
-    def run(self, coroutine):
-        """``coroutine`` run to its end on the session's ``loop``."""
-        return self.loop.run_until_complete(coroutine)
-
     def library(self, url: str, name: str, open_library: Callable[[], T]) -> T:
         """``open_library()``, the library's own handle on this Redis; if that fails, the session closed and one
         line (``BackendError``) saying that ``name`` cannot reach Redis at ``url``."""
@@ -378,35 +366,9 @@ class RedisSession:
             self.close()
             raise BackendError(f"{url}: {name} cannot reach Redis there ({error})") from None
 
-    def closing(self, close: Callable[[], object]) -> None:
-        """Call ``close()`` (a library's handle) when the session closes, before its own client and loop."""
-        self._on_close.append(close)
-
-    def new_worker(self) -> object:
-        """One of the library's workers (a broker, a channel) on ``client``, for ``worker``."""
-        raise NotImplementedError(f"{type(self).__name__} makes no workers: implement new_worker()")
-
-    def worker(self, name: object, make: Callable[[], T] | None = None) -> T:
-        """The worker named ``name``, made once by ``make()`` (by default ``new_worker()``): a reservation id's
-        worker takes that reservation's job (a lease's, arq's, times its jobs out by it). The same in every world
-        and every copy of one, so the library's worker must keep nothing beside its identity that decides what
-        its calls do to the database."""
-        if name not in self._workers:
-            self._workers[name] = (make or self.new_worker)()
-        return self._workers[name]
-
-    def on_loop(self, make: Callable[[], T]) -> T:
-        """``make()`` with the session's ``loop`` as the current one: for a library's object that takes the
-        current event loop when it is made (arq's ``Worker``), so that ``run`` drives its calls."""
-        import asyncio
-
-        asyncio.set_event_loop(self.loop)
-        return make()
-
     def close(self) -> None:
         try:
-            for close in reversed(self.__dict__.get("_on_close", [])):
-                close()
+            self._close_library()
         finally:
             try:
                 if "loop" in self.__dict__:
