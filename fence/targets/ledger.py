@@ -81,9 +81,9 @@ class TargetLedger(Restorable):
     It is made as ``Ledger(session, capacity, guarded=...)``: its ``time`` is the
     session's (``images.RedisSession`` and ``images.PostgresSession`` keep one),
     and it adopts the server as the session holds it (``session.restorer``), so a
-    subclass needs no constructor unless it keeps state of its own; one that does
-    calls ``super().__init__(session, capacity, guarded=guarded)`` first and names
-    that state in ``STATE``. A subclass implements ``_take``, ``_state``,
+    subclass needs no constructor for state of its own declared in ``STATE`` as
+    ``{name: type}``; one with a constructor calls ``super().__init__(session,
+    capacity, guarded=guarded)`` first and names that state in ``STATE``. A subclass implements ``_take``, ``_state``,
     ``_past_lease``, ``_confirm``, ``_fail``, the janitor's ``_release`` /
     ``_hold`` / ``_settle`` its rows make, and ``snapshot`` unless the default
     fits; ``reserve`` and ``apply`` (or ``_records`` and ``_move_clock``) only
