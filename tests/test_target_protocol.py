@@ -175,14 +175,14 @@ def test_what_of_a_key_or_a_row_decides_an_answer_is_declared_once_for_the_snaps
     from types import SimpleNamespace
 
     from fence.targets.images import PostgresSession, PostgresTables, RedisDatabase, RedisImage, SchemaImage
-    from fence.targets.images import left_out, members
+    from fence.targets.images import left_out, scores_zeroed
     from fence.targets.protocol import ModelTime
 
     client = SimpleNamespace(register_script=lambda script: None)
-    database = RedisDatabase(client, ModelTime(tick_seconds=60.0), deciding={"queue": members, "dead:*": left_out})
+    database = RedisDatabase(client, ModelTime(tick_seconds=60.0), deciding={"queue": scores_zeroed, "dead:*": left_out})
     image = RedisImage(((b"beats", "zset", ((b"w1", 0), (b"w2", 0))), (b"dead:job1", "list", (b"7",)),
                         (b"queue", "zset", ((b"job1", 1700000000.5),))))
-    assert database.snapshot(image, 0) == ((b"beats", "zset", ((b"w1", 0), (b"w2", 0))), (b"queue", "zset", (b"job1",)))
+    assert database.snapshot(image, 0) == ((b"beats", "zset", ((b"w1", 0), (b"w2", 0))), (b"queue", "zset", ((b"job1", 0),)))
     busy = database.snapshot(image, 0, deciding={"beats": lambda beats: tuple(b for b in beats if b[0] == b"w2")})
     assert busy[0] == (b"beats", "zset", ((b"w2", 0),))
     assert database.snapshot(image, 0, deciding={"beats": lambda beats: ()})[0][0] == b"beats"  # () is kept

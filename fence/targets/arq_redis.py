@@ -21,14 +21,14 @@ from arq.constants import default_queue_name, in_progress_key_prefix, job_key_pr
 from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 
 from fence.targets.arq_recovery import TASK_NAME, attempt_id, fresh_job_id, guarded_task  # the recipe
-from fence.targets.images import RedisSession, members
+from fence.targets.images import RedisSession, scores_zeroed
 from fence.targets.protocol import (
     IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
-DECIDING = {default_queue_name: members, f"{job_key_prefix}*": lambda job: repr(deserialize_job_raw(job)[:4]),
-            f"{result_key_prefix}*": lambda result: attrgetter("success", "job_try")(deserialize_result(result))}
+DECIDING = {default_queue_name: scores_zeroed, f"{job_key_prefix}*": lambda job: repr(deserialize_job_raw(job)[:4]),
+            f"{result_key_prefix}*": lambda result: repr(attrgetter("success", "job_try")(deserialize_result(result)))}
 """What of arq's keys decides an answer: not its enqueue and finish instants (queue scores, in the pickles)."""
 
 

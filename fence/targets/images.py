@@ -48,7 +48,7 @@ from typing import Callable, Iterable
 from fence.targets.library_session import LibrarySession
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
-from fence.targets.redis_image import InstantsIn, left_out, members
+from fence.targets.redis_image import InstantsIn, left_out, scores_zeroed
 
 
 # -- ids that depend on the path taken ------------------------------------------------------
@@ -79,4 +79,4 @@ def ranked_ids(
 
 
 __all__ = ["MOVE_BACK", "UUID", "LibrarySession", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
-           "SchemaImage", "dump_redis", "left_out", "literal", "load_redis", "members", "ranked_ids", "InstantsIn"]
+           "SchemaImage", "dump_redis", "left_out", "literal", "load_redis", "scores_zeroed", "ranked_ids", "InstantsIn"]

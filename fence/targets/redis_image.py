@@ -55,9 +55,10 @@ def left_out(contents: object) -> None:
     return None
 
 
-def members(contents: tuple) -> tuple:
-    """For ``deciding``: a sorted set's members without their scores (instants no answer compares)."""
-    return tuple(member for member, _ in contents)
+def scores_zeroed(contents: tuple) -> tuple:
+    """For ``deciding``: a sorted set whose members decide and whose scores (instants no answer compares) do
+    not: each score 0, so that the value keeps a sorted set's shape."""
+    return tuple((member, 0) for member, _ in contents)
 
 
 _READERS = {
@@ -379,4 +380,4 @@ class RedisSession(LibrarySession):
 
 
 __all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "left_out",
-           "load_redis", "members"]
+           "load_redis", "scores_zeroed"]
