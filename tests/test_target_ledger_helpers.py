@@ -213,6 +213,19 @@ def test_the_default_snapshot_holds_the_records_the_sessions_snapshot_the_declar
     assert bookkeeping == ledger.bookkeeping()
 
 
+class DeclaringLedger(PlainLedger):
+    STATE = {"_seen": dict, "_released": set}
+
+
+def test_state_declared_as_types_is_made_empty_by_the_constructor_and_held_by_the_default_snapshot():
+    """STATE as {name: type}: TargetLedger's constructor makes each attribute empty; snapshot() holds each sorted."""
+    ledger = DeclaringLedger(TimedJobs(), 1, guarded=False)
+    assert ledger._seen == {} and ledger._released == set()
+    ledger._seen["job1"] = 2
+    ledger._released |= {"job1/r2", "job1/r1"}
+    assert ledger.snapshot()[2] == ((("job1", 2),), ("job1/r1", "job1/r2"))
+
+
 def test_a_lease_past_its_deadline_at_the_ledgers_clock_from_the_tick_it_runs_out():
     """_past_deadline: a lease of 2 ticks taken at 1 has run out at 3, not at 2 (a timeout of L - 1/2 ticks)."""
     ledger = PlainLedger(TimedJobs(), 1, guarded=False)

@@ -169,6 +169,59 @@ def test_ranked_ids_and_moved_columns_are_what_the_adapters_share():
     assert tables.move_time_script(2) == "UPDATE workers SET beat = beat - make_interval(secs => 120.0)"
 
 
+def test_what_of_a_key_or_a_row_decides_an_answer_is_declared_once_for_the_snapshot():
+    """``deciding``: a Redis key's contents as its function answers (the call's first, then the database's; None
+    leaves the key out), and a PostgreSQL table's rows as the sorted values they decide (None leaves a row out)."""
+    from types import SimpleNamespace
+
+    from fence.targets.images import PostgresSession, PostgresTables, RedisDatabase, RedisImage, SchemaImage
+    from fence.targets.images import left_out, scores_zeroed
+    from fence.targets.protocol import ModelTime
+
+    client = SimpleNamespace(register_script=lambda script: None)
+    database = RedisDatabase(client, ModelTime(tick_seconds=60.0), deciding={"queue": scores_zeroed, "dead:*": left_out})
+    image = RedisImage(((b"beats", "zset", ((b"w1", 0), (b"w2", 0))), (b"dead:job1", "list", (b"7",)),
+                        (b"queue", "zset", ((b"job1", 1700000000.5),))))
+    assert database.snapshot(image, 0) == ((b"beats", "zset", ((b"w1", 0), (b"w2", 0))), (b"queue", "zset", ((b"job1", 0),)))
+    busy = database.snapshot(image, 0, deciding={"beats": lambda beats: tuple(b for b in beats if b[0] == b"w2")})
+    assert busy[0] == (b"beats", "zset", ((b"w2", 0),))
+    assert database.snapshot(image, 0, deciding={"beats": lambda beats: ()})[0][0] == b"beats"  # () is kept
+    assert [key[0] for key in database.snapshot(image, 0, deciding={"beats": left_out})] == [b"queue"]
+
+    tables = PostgresTables(("jobs", "inputs", "log"), ModelTime(tick_seconds=60.0),
+                            deciding={"jobs": lambda job: (job["id"], job["status"]), "inputs": left_out})
+    rows = SchemaImage(('[{"id": 2, "status": "done", "at": 5}, {"id": 1, "status": "doing", "at": 9}]',
+                        '[{"id": 1, "body": "x"}]', '[{"id": 1}]'), "[[2, true], [1, true], [1, true]]")
+    snapshot = PostgresSession.snapshot(SimpleNamespace(image=tables), rows, 0)
+    assert snapshot == (((1, "doing"), (2, "done")), (), '[{"id": 1}]', "[[2, true], [1, true], [1, true]]")
+
+
+def test_a_sessions_library_handles_close_last_opened_first_and_its_workers_are_made_once_by_name():
+    """LibrarySession (both servers' sessions): ``closing`` handles run newest first; ``worker(name, make)`` makes a
+    worker once per name (``new_worker`` by default); ``on_loop`` makes an object with the session's loop current."""
+    import asyncio
+
+    from fence.targets.library_session import LibrarySession
+
+    class Library(LibrarySession):
+        def new_worker(self):
+            return object()
+
+    session, closed = Library(), []
+    session.closing(lambda: closed.append("pool"))
+    session.closing(lambda: closed.append("app"))
+    assert session.worker("job1/r1") is session.worker("job1/r1") is not session.worker("job1/r2")
+    assert session.worker(1.5, lambda: "worker for a lease of 1.5") == session.worker(1.5) == "worker for a lease of 1.5"
+    try:
+        assert session.on_loop(asyncio.get_event_loop) is session.loop
+        assert session.run(asyncio.sleep(0, result="ran")) == "ran"
+    finally:
+        asyncio.set_event_loop(None)
+        session.loop.close()
+    session._close_library()
+    assert closed == ["app", "pool"]
+
+
 def test_fence_targets_offers_exactly_the_profiles_the_table_defines():
     """The parser names the profiles without importing fence.targets; the one table is fence.targets'."""
     from fence.cli.targets_command import PROFILE_NAMES

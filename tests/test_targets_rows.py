@@ -410,8 +410,8 @@ def test_every_shipped_row_is_in_this_suite():
 
 
 # -- the adapter itself ----------------------------------------------------------------------------------
-ADAPTER_LINES = {"procrastinate": (424, None), "pgqueuer": (380, 229), "celery": (477, 122), "dramatiq": (156, 121),
-                 "arq": (169, 64), "dbos": (183, 93)}
+ADAPTER_LINES = {"procrastinate": (424, None), "pgqueuer": (374, 229), "celery": (477, 122), "dramatiq": (155, 121),
+                 "arq": (148, 64), "dbos": (175, 93)}
 """Caps on each adapter and its recovery recipe (``<system>_recovery``; procrastinate's is in its adapter),
 documentation included (``wc -l``): a ratchet, so that they only shrink (issue 27 asks about 100 lines)."""
 

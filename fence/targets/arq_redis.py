@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from operator import attrgetter
 
 from arq import Worker, func
 from arq.connections import ArqRedis, RedisSettings, create_pool
@@ -20,12 +21,15 @@ from arq.constants import default_queue_name, in_progress_key_prefix, job_key_pr
 from arq.jobs import deserialize_job_raw, deserialize_result, serialize_result
 
 from fence.targets.arq_recovery import TASK_NAME, attempt_id, fresh_job_id, guarded_task  # the recipe
-from fence.targets.images import RedisImage, RedisSession
+from fence.targets.images import RedisSession, scores_zeroed
 from fence.targets.protocol import (
     IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, refused_unless,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
+DECIDING = {default_queue_name: scores_zeroed, f"{job_key_prefix}*": lambda job: repr(deserialize_job_raw(job)[:4]),
+            f"{result_key_prefix}*": lambda result: repr(attrgetter("success", "job_try")(deserialize_result(result)))}
+"""What of arq's keys decides an answer: not its enqueue and finish instants (queue scores, in the pickles)."""
 
 
 @dataclass(frozen=True)
@@ -35,12 +39,8 @@ class Pick(Taken):
 
 class ArqLedger(TargetLedger):
     JOB, JANITOR, GUARD_CATCHES_FAILURES = "job_id", "arq's janitor", True
-    STATE = ("_job_of", "_released")
-
-    def __init__(self, session: Session, capacity: int, *, guarded: bool) -> None:
-        super().__init__(session, capacity, guarded=guarded)
-        self._job_of: dict[str, str] = {}  # key -> the job id that runs it now
-        self._released: set[str] = set()  # as shipped: picks whose in-progress key expired, for a re-pick
+    STATE = {"_job_of": dict, "_released": set}
+    """Each key's job id now; as shipped, the picks whose in-progress key expired (for a re-pick)."""
 
     def _queued(self, job_id: str) -> bool:
         self._reading()
@@ -102,23 +102,6 @@ class ArqLedger(TargetLedger):
             self._enqueue(pick.key, fresh_job_id(pick.job_id))
         self._failures_caught.discard(pick.reservation_id)
 
-    def _canonical(self, image: RedisImage) -> RedisImage:
-        return image.with_values(_without_instants)
-
-
-def _without_instants(name: bytes, kind: str, value: object) -> object:
-    """A key's contents without what differs between equal states: enqueue and finish instants (queue scores,
-    pickles)."""
-    if name == default_queue_name.encode():
-        return tuple((member, 0) for member, _ in value)
-    if name.startswith(job_key_prefix.encode()):
-        function, args, kwargs, job_try, _ = deserialize_job_raw(value)
-        return repr((function, args, kwargs, job_try))
-    if name.startswith(result_key_prefix.encode()):
-        result = deserialize_result(value)
-        return repr((result.success, result.job_try))
-    return value
-
 
 class Session(RedisSession):
     """arq's pool and a ``Worker`` per lease (its in-progress keys live ``TIME.timeout(lease)``), on one loop."""
@@ -126,18 +109,14 @@ class Session(RedisSession):
     LIBRARIES = {"arq": "arq", "redis-py": "redis"}
 
     def __init__(self, url: str) -> None:
-        super().__init__(url, TIME)
+        super().__init__(url, TIME, deciding=DECIDING)
         self.pool: ArqRedis = self.library(url, "arq", lambda: self.run(create_pool(RedisSettings.from_dsn(url))))
         self.closing(lambda: self.run(self.pool.aclose()))
-        self._arq_workers: dict[float, Worker] = {}
 
     def arq_worker(self, lease: float) -> Worker:
-        if lease not in self._arq_workers:
-            asyncio.set_event_loop(self.loop)  # arq's Worker takes the current loop
-            self._arq_workers[lease] = Worker(
-                functions=[func(never_run, name=TASK_NAME)], redis_pool=self.pool, handle_signals=False,
-                job_timeout=TIME.timeout(lease) - 10, keep_result=TIME.seconds(1000), poll_delay=0)
-        return self._arq_workers[lease]
+        return self.worker(lease, lambda: self.on_loop(lambda: Worker(
+            functions=[func(never_run, name=TASK_NAME)], redis_pool=self.pool, handle_signals=False,
+            job_timeout=TIME.timeout(lease) - 10, keep_result=TIME.seconds(1000), poll_delay=0)))
 
     def start(self, lease: float, job_id: str) -> bool:
         """``start_jobs([job_id])``: did it pick the job (set its in-progress key)?"""

@@ -12,6 +12,7 @@ is ``fence.targets.dbos_recovery``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import itemgetter
 
 from dbos import DBOSClient
 from dbos._error import DBOSWorkflowConflictIDError
@@ -28,11 +29,14 @@ from fence.targets.protocol import (
 TIME = ModelTime(tick_seconds=60.0)
 """Nominal: a tick stands for a minute of an executor's silence; nothing on the server is moved."""
 TASK_NAME, STEP = "fence_ticket", "write_ticket"
-TABLES = ("workflow_status", "workflow_input", "operation_outputs", "workflow_output")
-"""DBOS's tables a world writes, in the order a load inserts them (a step's workflow first)."""
+TABLES = {"dbos.workflow_status": itemgetter("workflow_uuid", "status", "executor_id", "owner_xid",
+                                             "recovery_attempts", "queue_name"),
+          "dbos.workflow_input": lambda row: None,
+          "dbos.operation_outputs": lambda step: (step["workflow_uuid"], step["function_id"], step["error"] is None),
+          "dbos.workflow_output": lambda outcome: (outcome["workflow_uuid"], outcome["error"] is None)}
+"""DBOS's tables a world writes, in the order a load inserts them (a step's workflow first), and what of a row
+decides an answer: which steps and outcomes are stored, output or error; no instant, no serialized value."""
 S = ReservationState
-ROW = ("status", "executor_id", "owner_xid", "recovery_attempts", "queue_name")
-"""What of a workflow decides an answer here; its instants decide none."""
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class _Claim(Taken):
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
-    JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES = "key", True, True
+    JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES, STATE = "key", True, True, ("_declared_dead",)
 
     def _workflows(self) -> dict[str, dict]:
         return self._answered("workflows", lambda: {row["workflow_uuid"]: row for row in self._session.workflows()})
@@ -127,15 +131,10 @@ class DbosLedger(TargetLedger):
             self._finished(claim.key, move)
         self._failures_caught.discard(claim.reservation_id)
 
-    def snapshot(self) -> tuple:
-        """The workflows as far as they decide an answer (``ROW``), which steps are checkpointed (output or
-        error), which outcomes stored, and fence's own records; DBOS's instants and serialized values left out."""
-        workflows, _, steps, outputs = self.image().rows
-        claims = tuple(self._records().values())
-        return (tuple(sorted((w["workflow_uuid"],) + tuple(w[k] for k in ROW) for w in workflows)),
-                tuple(sorted((s["workflow_uuid"], s["function_id"], s["error"] is None) for s in steps)),
-                tuple(sorted((o["workflow_uuid"], o["error"] is None) for o in outputs)),
-                claims, self.bookkeeping(), tuple(self._past_deadline(c) for c in claims))
+    @property
+    def _declared_dead(self) -> dict[str, bool]:
+        """Which claims' executors the recovery service declares dead now (``STATE``: they decide ``expired``)."""
+        return {claim.reservation_id: self._past_deadline(claim) for claim in self._records().values()}
 
 
 class Session(PostgresSession):
@@ -146,20 +145,13 @@ class Session(PostgresSession):
     def open_library(self, url: str) -> PostgresTables:
         self.own_connection(url)  # DBOS is not on asyncio: the image is read and written on the session's own
         self.client = DBOSClient(system_database_url=url, application_name=APP, retry_connection_errors=False)
-        try:
-            self.sys_db = self.client._sys_db
-            with self.sys_db.engine.begin() as connection:
-                connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
-                self.sys_db.run_migrations()
-        except Exception:
-            self.client.destroy()
-            raise
+        self.closing(self.client.destroy)
+        self.sys_db = self.client._sys_db
         self.queues: dict = {}
-        tables = tuple(f"dbos.{table}" for table in TABLES)
-        return PostgresTables(tables, TIME, cascade=True, ordered_by={table: "t::text" for table in tables})
-
-    def close_library(self) -> None:
-        self.client.destroy()
+        with self.sys_db.engine.begin() as connection:
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
+            self.sys_db.run_migrations()
+        return PostgresTables(TABLES, TIME, cascade=True, ordered_by=dict.fromkeys(TABLES, "t::text"), deciding=TABLES)
 
     def queue(self, name: str):
         """The key's queue (configuration, not state: registered once, kept across worlds)."""

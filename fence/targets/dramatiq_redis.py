@@ -22,7 +22,7 @@ from fence import Decision
 from fence.targets.dramatiq_recovery import (  # the recipe, importable from here as before
     ACTOR, HEARTBEATS, NS, acks_key, as_worker, attempt_id, make_broker, publish, recover_stalled, settle,
 )
-from fence.targets.images import InstantsIn, RedisImage, RedisSession, ranked_ids
+from fence.targets.images import InstantsIn, RedisSession, left_out, ranked_ids
 from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -32,6 +32,8 @@ ETAS = InstantsIn(f"{NS}:*.DQ.msgs", read=lambda data: dramatiq.Message.decode(d
                   write=lambda data, eta: dramatiq.Message.decode(data).copy(options={"eta": eta}).encode(),
                   per_second=1000)
 """A delayed retry's eta (ms), in its message on the delay queue."""
+DECIDING = {f"{NS}:*.XQ": left_out, f"{NS}:*.XQ.msgs": left_out}
+"""Dead-lettered messages: nothing reads them back, and they outlive any run."""
 _INSTANT = re.compile(rb'"(message_timestamp|requeue_timestamp)": ?\d+')
 """Instants no answer compares with the clock (no max_age): left out of the snapshot."""
 
@@ -48,16 +50,13 @@ class DramatiqLedger(TargetLedger):
 
     def snapshot(self) -> tuple:
         # Left out, as they decide no answer: the heartbeat of a worker that holds nothing (each fetches once), a
-        # dead-lettered message (nothing reads it back; its 7-day TTL is beyond any run), and whether an
-        # outcome_unknown reservation was held by the recovery or caught by its guard (either way its worker
-        # may ack it, the janitor settles it, and nothing else is taken).
+        # dead-lettered message (``DECIDING``), and whether an outcome_unknown reservation was held by the recovery
+        # or caught by its guard (either way its worker may ack it, the janitor settles it, nothing else is taken).
         canonical, image = ranked_ids(erase=[(_INSTANT, rb'"\1":0')]), self.image()
         holding = {(name, m) for name, _, value in image.keys if name.startswith(b"dramatiq:__acks__.") for m in value}
-        workers = {name.split(b".")[1] for name, _ in holding}
-        keys = [(name, kind, tuple(b for b in value if b[0] in workers) if name == HEARTBEATS.encode() else value)
-                for name, kind, value in image.keys if not name.endswith((b".XQ", b".XQ.msgs"))]
-        keys = self._session.database.snapshot(RedisImage(tuple(k for k in keys if k[2])), self._now,
-                                               canonical=canonical)
+        busy = {name.split(b".")[1] for name, _ in holding}
+        keys = self._session.snapshot(image, self._now, canonical=canonical, deciding={
+            HEARTBEATS: lambda beats: tuple(beat for beat in beats if beat[0] in busy) or None})
         held = lambda t: (acks_key(t.worker_id, t.key).encode(), t.redis_id.encode()) in holding  # noqa: E731
         takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline,
                        held(t) and t.reservation_id in self._held | self._failures_caught)
@@ -141,7 +140,7 @@ class Session(RedisSession):
     LIBRARIES = {"dramatiq": "dramatiq", "redis-py": "redis"}
 
     def __init__(self, url: str) -> None:  # heartbeats and nack instants in ms, retry etas in their messages
-        super().__init__(url, TIME, milliseconds=(HEARTBEATS, f"{NS}:*.XQ"), instants=(ETAS,))
+        super().__init__(url, TIME, milliseconds=(HEARTBEATS, f"{NS}:*.XQ"), instants=(ETAS,), deciding=DECIDING)
         self.janitor = make_broker(self.client, maintenance_chance=MAINTENANCE_SCALE)
 
     def new_worker(self):

@@ -30,8 +30,14 @@ before it. The real seconds that pass between two calls are in no image.
 Ids that depend on the path taken (uuid4 tags, worker ids) are kept as they
 are: the system answers with them; a ledger's ``snapshot()`` names them by rank.
 
+Both sessions are a ``LibrarySession`` (the library's handles closed with
+the session, its workers made once by name, an event loop), and both take
+``deciding``: what of a Redis key's contents, or of a table's row, decides
+an answer, for the default ``snapshot()``.
+
 The Redis images are in ``fence.targets.redis_image``, the PostgreSQL ones in
-``fence.targets.postgres_image``; import them from here.
+``fence.targets.postgres_image``, the session's library side in
+``fence.targets.library_session``; import them from here.
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable
 
+from fence.targets.library_session import LibrarySession
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
-from fence.targets.redis_image import InstantsIn
+from fence.targets.redis_image import InstantsIn, left_out, scores_zeroed
 
 
 # -- ids that depend on the path taken ------------------------------------------------------
@@ -71,5 +78,5 @@ def ranked_ids(
 
 
 
-__all__ = ["MOVE_BACK", "UUID", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
-           "SchemaImage", "dump_redis", "literal", "load_redis", "ranked_ids", "InstantsIn"]
+__all__ = ["MOVE_BACK", "UUID", "LibrarySession", "PostgresSession", "PostgresTables", "RedisDatabase", "RedisImage", "RedisSession",
+           "SchemaImage", "dump_redis", "left_out", "literal", "load_redis", "scores_zeroed", "ranked_ids", "InstantsIn"]

@@ -81,9 +81,9 @@ class TargetLedger(Restorable):
     It is made as ``Ledger(session, capacity, guarded=...)``: its ``time`` is the
     session's (``images.RedisSession`` and ``images.PostgresSession`` keep one),
     and it adopts the server as the session holds it (``session.restorer``), so a
-    subclass needs no constructor unless it keeps state of its own; one that does
-    calls ``super().__init__(session, capacity, guarded=guarded)`` first and names
-    that state in ``STATE``. A subclass implements ``_take``, ``_state``,
+    subclass needs no constructor for state of its own declared in ``STATE`` as
+    ``{name: type}``; one with a constructor calls ``super().__init__(session,
+    capacity, guarded=guarded)`` first and names that state in ``STATE``. A subclass implements ``_take``, ``_state``,
     ``_past_lease``, ``_confirm``, ``_fail``, the janitor's ``_release`` /
     ``_hold`` / ``_settle`` its rows make, and ``snapshot`` unless the default
     fits; ``reserve`` and ``apply`` (or ``_records`` and ``_move_clock``) only
@@ -121,6 +121,8 @@ class TargetLedger(Restorable):
         Part of the ledger's state: a subclass's ``snapshot()`` includes ``failures_caught()``."""
         self._answers: dict[str, object] = {}
         """What the server answered since the last call that may change it (``_answered``)."""
+        for name, empty in (self.STATE.items() if isinstance(self.STATE, dict) else ()):
+            setattr(self, name, empty())
         if getattr(session, "restorer", None) is not None:  # the server as it is now: emptied for this world
             self._restoring(session.restorer)
 
@@ -145,9 +147,10 @@ class TargetLedger(Restorable):
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
-    STATE: tuple[str, ...] = ()
+    STATE: tuple[str, ...] | dict[str, Callable[[], object]] = ()
     """The names of the subclass's own attributes that decide its next answers (a dict or set of what it
-    published, released, re-picked): the default ``snapshot()`` holds each as a sorted value."""
+    published, released, re-picked): the default ``snapshot()`` holds each as a sorted value. As a dict
+    (``{"_released": set}``) the constructor makes each attribute too, empty, from its type."""
 
     def _records(self) -> dict[str, TakenReservation]:
         return self._taken_by_id

@@ -339,12 +339,9 @@ class Session(PostgresSession):
 
     def open_library(self, url: str) -> PostgresTables:
         self.connection = self.run(psycopg.AsyncConnection.connect(url, autocommit=True))
-        try:
-            self.queries = Queries.from_psycopg_connection(self.connection)
-            self.run(ensure_schema(self.queries))
-        except Exception:
-            self.run(self.connection.close())
-            raise
+        self.closing(lambda: self.run(self.connection.close()))
+        self.queries = Queries.from_psycopg_connection(self.connection)
+        self.run(ensure_schema(self.queries))
         names = self.queries.qbe.settings.qualified
         self.tables = (names.queue_table, names.queue_table_log, names.statistics_table)
         """What a ledger's image holds, in the order a load inserts them."""
@@ -355,9 +352,6 @@ class Session(PostgresSession):
 
     async def fetch(self, query: str) -> list:
         return await self.queries.driver.fetch(query)
-
-    def close_library(self) -> None:
-        self.run(self.connection.close())
 
 
 class PgqueuerStorage(TargetStorage):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
+from fence.targets.library_session import LibrarySession
 from fence.targets.model_time import ModelTime
 
 
@@ -53,13 +54,14 @@ class PostgresTables:
     with CASCADE when emptying; ``ordered_by`` names, per table keyed by
     something other than an ``id`` column (DBOS's by a workflow id), the
     ``ORDER BY`` of its rows over the alias ``t``: such a table has no id
-    sequence to keep.
+    sequence to keep; ``deciding`` names, per table, what of a row decides an
+    answer (``row -> value``, None for nothing), for ``PostgresSession.snapshot``.
     """
 
     def __init__(
         self, tables: Iterable[str], time: ModelTime, *, timed: Mapping[str, Mapping[str, str]] | None = None,
         identity: Iterable[str] = (), refilled_by_triggers: Iterable[str] = (), cascade: bool = False,
-        ordered_by: Mapping[str, str] | None = None,
+        ordered_by: Mapping[str, str] | None = None, deciding: Mapping[str, Callable[[dict], object]] | None = None,
     ) -> None:
         self.tables = tuple(tables)
         self.time = time
@@ -68,6 +70,7 @@ class PostgresTables:
         self.refilled = frozenset(refilled_by_triggers)
         self.cascade = cascade
         self.ordered_by = dict(ordered_by or {})
+        self.deciding = dict(deciding or {})
 
     def sequences_query(self) -> str:
         """One statement: each table's id sequence (``name``, ``sequence``), and the setting a load needs."""
@@ -146,7 +149,7 @@ class PostgresTables:
         return ";\n".join(statements)
 
 
-class PostgresSession:
+class PostgresSession(LibrarySession):
     """A target's session on one PostgreSQL database for a library on asyncio: its event loop, the library's
     handle, its tables' ``PostgresTables`` image and the ``Restorer``.
 
@@ -158,16 +161,16 @@ class PostgresSession:
     on the library's own connection (``execute``, ``fetch``), so that the image
     is read and written where the library reads and writes. A library not on
     asyncio (DBOS) keeps the image on a connection of the session's own
-    instead (``own_connection``), and writes neither.
+    instead (``own_connection``), and writes neither. A handle the library
+    opens is closed with the session by ``closing(close)`` (also when
+    ``open_library`` fails after it), or in ``close_library``.
     """
 
     SYSTEM = "the library"
     """Its name in errors and in ``versions`` (as pip names it)."""
 
     def __init__(self, url: str) -> None:
-        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
-
-        self.loop = asyncio.new_event_loop()
+        super().__init__()
         self.opened = False
         self._own = None
         """The session's own connection (``own_connection``), if it made one."""
@@ -214,12 +217,9 @@ class PostgresSession:
         return self._own
 
     def close_library(self) -> None:
-        """Close what ``open_library`` opened (called only if it returned)."""
+        """Close what ``open_library`` opened and gave no ``closing`` (called only if it returned)."""
 
     # -- the session -------------------------------------------------------------------------
-    def run(self, coroutine):
-        return self.loop.run_until_complete(coroutine)
-
     def rows(self, query: str) -> list[Mapping]:
         """The rows of ``query`` (``fetch``), from outside the loop."""
         return self.run(self.fetch(query))
@@ -236,6 +236,15 @@ class PostgresSession:
     def load(self, image: SchemaImage) -> None:
         self.run(self.execute(self.image.load_script(image, self.sequences)))
 
+    def snapshot(self, image: SchemaImage, now: float) -> tuple:
+        """``image`` as a snapshot (what ``TargetLedger.snapshot()`` holds by default): each table the tables'
+        ``deciding`` names as the sorted values its rows decide (a row deciding None left out), any other as
+        its rows, and the id sequences. Timed columns stay ticks before the dump (a target whose snapshot
+        compares them at the ledger's clock ``now`` writes its own)."""
+        return tuple(text if (decides := self.image.deciding.get(table)) is None
+                     else tuple(sorted(value for value in map(decides, rows) if value is not None))
+                     for table, text, rows in zip(self.image.tables, image.tables, image.rows)) + (image.sequences,)
+
     def move_time(self, ticks: float) -> None:
         """Model time on by ``ticks``: the timed columns moved back (what ``TargetLedger._move_clock`` calls)."""
         self.run(self.execute(self.image.move_time_script(ticks)))
@@ -248,8 +257,11 @@ class PostgresSession:
 
     def close(self) -> None:
         try:
-            if self.opened:
-                self.close_library()
+            try:
+                if self.opened:
+                    self.close_library()
+            finally:
+                self._close_library()
         finally:
             try:
                 if self._own is not None:

@@ -65,7 +65,8 @@ rest. A target is three pieces:
   ``_move_clock(ticks)`` moves the system's stored times (the session's
   ``move_time`` by default). Its constructor adopts the server as the session
   holds it ("Restorable" below); a subclass with state of its own names it
-  in ``STATE``, and the default ``snapshot()`` holds the records, the
+  in ``STATE`` (as ``{name: type}``, made empty by the constructor), and
+  the default ``snapshot()`` holds the records, the
   session's snapshot of the image and that state. Two helpers save
   the plumbing: ``_answered(question, read)`` reads the server once until the
   next write (states that need a query per reservation ask it once a step),

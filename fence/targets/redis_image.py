@@ -10,11 +10,11 @@ import math
 import time as wall
 from fnmatch import fnmatchcase
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from fence.base.errors import BackendError
 from fence.model.restore import Restorer
+from fence.targets.library_session import LibrarySession
 from fence.targets.model_time import ModelTime
 
 T = TypeVar("T")
@@ -48,6 +48,17 @@ def _names(names: Iterable[str | bytes]) -> frozenset[bytes]:
 def _timed(name: bytes, timestamps: frozenset[bytes]) -> bool:
     """Is ``name`` one of ``timestamps``, a key name or a glob pattern (``started:*``: one set per job key)?"""
     return name in timestamps or any(fnmatchcase(name, pattern) for pattern in timestamps)
+
+
+def left_out(contents: object) -> None:
+    """For ``deciding``: the key decides no answer (a dead letter nothing reads back): left out of the snapshot."""
+    return None
+
+
+def scores_zeroed(contents: tuple) -> tuple:
+    """For ``deciding``: a sorted set whose members decide and whose scores (instants no answer compares) do
+    not: each score 0, so that the value keeps a sorted set's shape."""
+    return tuple((member, 0) for member, _ in contents)
 
 
 _READERS = {
@@ -210,6 +221,7 @@ class RedisDatabase:
     def __init__(
         self, client, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
         milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> None:
         self.client = client
         self.time = time
@@ -218,6 +230,9 @@ class RedisDatabase:
         """The timestamp sets scored in milliseconds (``dump_redis``)."""
         self.instants = tuple(instants)
         """Instants inside hash values (``InstantsIn``), kept as ticks ahead."""
+        self.deciding = [(pattern.encode(), decides) for pattern, decides in (deciding or {}).items()]
+        """What of a key's contents decides an answer, by key name or glob pattern (the first that matches):
+        ``decides(contents)``, None to leave the key out; applied in ``snapshot`` only."""
         self._move_back = client.register_script(MOVE_BACK)
 
     def dump(self) -> RedisImage:
@@ -247,21 +262,29 @@ class RedisDatabase:
     def snapshot(
         self, image: RedisImage, now: float, *, leave_out: tuple[bytes, ...] = (),
         canonical: Callable[[object], object] = lambda value: value,
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> tuple:
         """``image`` as a snapshot: keys by ``canonical`` name and contents, timestamps and TTLs at model ticks.
 
         A timestamp set's score is the tick of ``now`` (the ledger's clock) it
         stands at, a TTL the tick the key expires at; keys whose name starts with
-        one of ``leave_out`` are left out (what decides no answer); hashes, sets
-        and sorted sets are sorted after ``canonical`` renamed them. Instants in
-        hash values (``InstantsIn``) are the tick they fall due at.
+        one of ``leave_out`` are left out (what decides no answer), and a key
+        ``deciding`` names (this call's, then the database's) is what its function
+        answers of its contents (left out on None: a key whose answer depends on
+        other keys, say); hashes, sets and sorted sets are sorted after ``canonical``
+        renamed them. Instants in hash values (``InstantsIn``) are the tick they
+        fall due at.
         """
         for instants in self.instants:
             image = instants.at_model_ticks(image, now)
         ttls = dict(image.ttls)
+        deciding = [(pattern.encode(), decides) for pattern, decides in (deciding or {}).items()] + self.deciding
         keys = []
         for name, kind, value in image.keys:
             if leave_out and name.startswith(leave_out):
+                continue
+            decides = next((decides for pattern, decides in deciding if fnmatchcase(name, pattern)), None)
+            if decides is not None and (value := decides(value)) is None:
                 continue
             if kind == "zset" and _timed(name, self.timestamps | self.milliseconds):
                 value = tuple((member, now - ticks) for member, ticks in value)
@@ -271,7 +294,7 @@ class RedisDatabase:
         return tuple(sorted(keys))
 
 
-class RedisSession:
+class RedisSession(LibrarySession):
     """A target's session on one Redis database: a client, its ``RedisDatabase`` and the ``Restorer``.
 
     What ``TargetStorage`` asks of a session (``empty``, ``versions``, ``close``)
@@ -281,8 +304,8 @@ class RedisSession:
     What every Redis adapter needed beside: ``library`` opens the library's own
     handle (a failure is one line naming it) and ``closing`` closes it with the
     session; ``worker(reservation_id)`` is a worker per reservation from the
-    subclass's ``new_worker()``; ``loop`` and ``run`` an event loop for a
-    library on asyncio.
+    subclass's ``new_worker()`` (or any worker by name, made once); ``loop``,
+    ``run`` and ``on_loop`` an event loop for a library on asyncio.
     """
 
     LIBRARIES: dict[str, str] = {}
@@ -291,9 +314,11 @@ class RedisSession:
     def __init__(
         self, url: str, time: ModelTime, *, timestamps: Iterable[str | bytes] = (),
         milliseconds: Iterable[str | bytes] = (), instants: Iterable[InstantsIn] = (),
+        deciding: Mapping[str, Callable[[object], object]] | None = None,
     ) -> None:
         import redis
 
+        super().__init__()
         self.client = redis.Redis.from_url(url, socket_connect_timeout=5)
         try:
             self.client.ping()
@@ -303,11 +328,9 @@ class RedisSession:
         self.time = time
         """The target's model time (``ModelTime``): its ledger's too."""
         self.database = RedisDatabase(self.client, time, timestamps=timestamps, milliseconds=milliseconds,
-                                      instants=instants)
+                                      instants=instants, deciding=deciding)
         self.restorer = Restorer()
         """Which ledger's image the database holds (``fence.model.restore``)."""
-        self._workers: dict[str, object] = {}
-        self._on_close: list[Callable[[], object]] = []
 
     def dump(self) -> RedisImage:
         return self.database.dump()
@@ -335,17 +358,6 @@ class RedisSession:
         return {**{name: version(dist) for name, dist in self.LIBRARIES.items()},
                 "redis": self.client.info("server")["redis_version"]}
 
-    @cached_property
-    def loop(self):
-        """An event loop of the session's own, for a library on asyncio (arq): made on first use."""
-        import asyncio  # here: importing fence.targets (every fence command's parser) stays light
-
-        return asyncio.new_event_loop()
-
-    def run(self, coroutine):
-        """``coroutine`` run to its end on the session's ``loop``."""
-        return self.loop.run_until_complete(coroutine)
-
     def library(self, url: str, name: str, open_library: Callable[[], T]) -> T:
         """``open_library()``, the library's own handle on this Redis; if that fails, the session closed and one
         line (``BackendError``) saying that ``name`` cannot reach Redis at ``url``."""
@@ -355,26 +367,9 @@ class RedisSession:
             self.close()
             raise BackendError(f"{url}: {name} cannot reach Redis there ({error})") from None
 
-    def closing(self, close: Callable[[], object]) -> None:
-        """Call ``close()`` (a library's handle) when the session closes, before its own client and loop."""
-        self._on_close.append(close)
-
-    def new_worker(self) -> object:
-        """One of the library's workers (a broker, a channel) on ``client``, for ``worker``."""
-        raise NotImplementedError(f"{type(self).__name__} makes no workers: implement new_worker()")
-
-    def worker(self, reservation_id: str) -> object:
-        """The worker that takes reservation ``reservation_id``'s job, made once by ``new_worker()``: the same in
-        every world and every copy of one, so the library's worker must keep nothing beside its identity that
-        decides what its calls do to the database."""
-        if reservation_id not in self._workers:
-            self._workers[reservation_id] = self.new_worker()
-        return self._workers[reservation_id]
-
     def close(self) -> None:
         try:
-            for close in reversed(self.__dict__.get("_on_close", [])):
-                close()
+            self._close_library()
         finally:
             try:
                 if "loop" in self.__dict__:
@@ -384,4 +379,5 @@ class RedisSession:
 
 
 
-__all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "load_redis"]
+__all__ = ["MOVE_BACK", "InstantsIn", "RedisDatabase", "RedisImage", "RedisSession", "dump_redis", "left_out",
+           "load_redis", "scores_zeroed"]
