@@ -174,7 +174,9 @@ def dbos_enqueue(url: str, keys: Sequence[str]) -> None:
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # the target's: one migration at a time
             client._sys_db.run_migrations()
         with client._sys_db.engine.begin() as connection:
-            connection.exec_driver_sql("TRUNCATE " + ", ".join(f"{DBOS_SCHEMA}.{t}" for t in recipe.TABLES) + " CASCADE")
+            # The target's tables (named in its schema, ``dbos.``), here in the bench's own schema.
+            tables = (f"{DBOS_SCHEMA}.{table.rpartition('.')[2]}" for table in recipe.TABLES)
+            connection.exec_driver_sql("TRUNCATE " + ", ".join(tables) + " CASCADE")
         if client.retrieve_queue(QUEUE) is None:
             client.register_queue(QUEUE, polling_interval_sec=DBOS_POLLING)
         for key in keys:  # the workflow id is the job's key, as the target's
