@@ -313,3 +313,59 @@ def test_a_walk_of_plugins_keeps_the_collector_on_with_a_young_pass_rarer_and_re
                     destination_factory=Watching)
     assert found.exhausted and gc.isenabled() and gc.get_threshold() == before
     assert (True, _LongLived.PLUGIN_THRESHOLD) in seen
+
+
+def test_a_plugin_walk_freezes_each_level_only_while_no_cyclic_garbage_is_found_and_unfreezes_at_its_end(monkeypatch):
+    """The survivors of each level are frozen (``LongLived.next_level``) so the older passes scan one level's,
+    while no pass has found cyclic garbage; a plug-in that leaves cycles behind is not frozen from its first
+    found cycle on (a frozen cycle is never freed before the walk ends). Nothing stays frozen after the walk."""
+    import gc
+
+    from fence import TicketService
+    from fence.explore import long_lived
+    from fence.explore.walk import _LongLived, explore
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    frozen_after_levels = []
+    next_level = long_lived.LongLived.next_level
+
+    def watched(self):
+        next_level(self)
+        frozen_after_levels.append(gc.get_freeze_count())  # counts the frozen objects one by one: per level only
+
+    monkeypatch.setattr(long_lived.LongLived, "next_level", watched)
+
+    class Cyclic(TicketService):
+        snapshots = 0
+
+        def snapshot(self):
+            Cyclic.snapshots += 1
+            if Cyclic.snapshots == 50:  # well into the walk's first level
+                loop = []
+                loop.append(loop)  # a cycle only the cyclic collector frees
+                del loop
+                gc.collect(0)
+            return super().snapshot()
+
+    config = ModelConfig(capacity=1, jobs=1, max_attempts=2, horizon=2)
+    assert gc.get_freeze_count() == 0
+    found = explore(POLICIES["abandon-fenced"], config, destination_factory=type("Plain", (TicketService,), {}))
+    assert found.exhausted and gc.get_freeze_count() == 0 and max(frozen_after_levels) > 0
+
+    frozen_after_levels.clear()
+    found = explore(POLICIES["abandon-fenced"], config, destination_factory=Cyclic)
+    assert found.exhausted and gc.get_freeze_count() == 0 and Cyclic.snapshots > 50
+    assert frozen_after_levels and max(frozen_after_levels) == 0
+
+    monkeypatch.undo()
+    long_lived_walk = _LongLived(fence_parts_only=False)  # a caller's own frozen objects: a walk leaves them be
+    long_lived_walk.close()
+    gc.freeze()
+    try:
+        long_lived_walk = _LongLived(fence_parts_only=False)
+        long_lived_walk.next_level()
+        long_lived_walk.close()
+        assert not long_lived_walk.freezes and gc.get_freeze_count() > 0  # still the caller's
+    finally:
+        gc.unfreeze()

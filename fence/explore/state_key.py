@@ -81,19 +81,10 @@ def generic_key_of(raw: tuple, jobs: list[str], symmetry: bool) -> tuple:
     """``generic_state_key`` of a world whose parts (``generic_parts``) are ``raw``: a function of ``raw`` alone."""
     if not symmetry or len(jobs) < 2:
         return raw
-    # Most transitions reach a state seen before, by the same names: its form is known.
-    jobs = tuple(jobs)
-    form = _FORMS.get((jobs, raw))
-    if form is None:
-        if len(_FORMS) >= _FORMS_KEPT:
-            _FORMS.clear()
-        form = _FORMS[(jobs, raw)] = symmetric_form(raw, list(jobs))[0]
-    return form
-
-
-_FORMS: dict[tuple, tuple] = {}
-"""(jobs, raw generic key) -> its symmetric form: a pure function, so forgetting is always safe."""
-_FORMS_KEPT = 200_000
+    # Not remembered here: the walk asks once per distinct raw key (``WorldWalk._fingerprint_of_parts``
+    # remembers its fingerprint), so a table of forms here was asked 270,819 times at 2x2x2 h2 and never
+    # answered, while it kept up to 200,000 keys alive across walks.
+    return symmetric_form(raw, list(jobs))[0]
 
 
 PLUGIN_PARTS_FROM = GENERIC_SLOTS.index("ledger")

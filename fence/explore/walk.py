@@ -158,7 +158,6 @@ Verdicts
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Callable
 
@@ -176,6 +175,7 @@ from fence.explore.results import Exploration
 from fence.explore.faithfulness import FaithfulnessCheck, Unfaithful
 from fence.explore.successors import _Memo
 from fence.explore.judging import _judge
+from fence.explore.long_lived import LongLived as _LongLived
 from fence.explore.world_walk import WorldWalk
 from fence.explore.plugin_memo import PluginStepMemo
 from fence.explore.plugin_memo import unsuitable as plugin_memo_unsuitable
@@ -392,6 +392,7 @@ def walk(
                 result.spilled += frontier.spilled
                 frontier.close()
                 frontier = following
+                long_lived.next_level()
                 if progress is not None:
                     result.depth, result.states, result.queued = depth, len(parents), len(frontier)
                     result.seconds = time.perf_counter() - started
@@ -427,44 +428,6 @@ def walk(
     _judge(result, invariants, found, parents, out_of_budget, destination_factory, ledger_factory,
            meant=strategy.meant)
     return result
-
-
-class _LongLived:
-    """Keeps Python's cyclic garbage collector out of one ``explore`` of fence's own parts.
-
-    The walk allocates a few small objects per transition and keeps every key,
-    parent pointer, memo answer and the frontier's worlds until it ends, and the
-    collector's passes scan all that is not yet collected again and again:
-    about four tenths of a walk's time at 2x2x2 even with the survivors of each
-    level frozen (``gc.freeze``). None of it forms reference cycles (the
-    worlds hold none; ``tests/test_explore.py`` checks that a walk leaves no
-    cyclic garbage), so everything the walk drops is freed by its reference
-    count, and the collector is switched off for the walk and on again at its
-    end. A user's plug-ins may hold cycles, so for them the collector stays on
-    but runs its youngest pass after ``PLUGIN_THRESHOLD`` allocations rather
-    than 700 (cycles are still freed, a few hundred thousand objects late):
-    about a fifth of a generic walk's time at 2x2x2 went to those passes.
-    Nothing is done if the collector is off already.
-    """
-
-    PLUGIN_THRESHOLD = (100_000, 10, 10)
-    """The older passes keep their ratios: a plug-in's World in a cycle that lived through a level is
-    freed within some ten million allocations, as within 70,000 by default."""
-
-    def __init__(self, fence_parts_only: bool) -> None:
-        self.active = gc.isenabled()
-        self.thresholds = gc.get_threshold()
-        if not self.active:
-            return
-        if fence_parts_only:
-            gc.disable()
-        else:
-            gc.set_threshold(*self.PLUGIN_THRESHOLD)
-
-    def close(self) -> None:
-        if self.active:
-            gc.set_threshold(*self.thresholds)
-            gc.enable()
 
 
 def shortest(
