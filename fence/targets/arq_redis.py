@@ -79,8 +79,8 @@ class ArqLedger(TargetLedger):
 
     def _finish(self, job_id: str, move: Move, success: bool) -> None:
         self._moved(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
-                    f"arq's finish_job({job_id}) changed nothing: the job was finished already")
-        self._finished(job_id, move)
+                    f"arq's finish_job({job_id}) changed nothing: the job was finished already",
+                    finishing=(job_id, move))
 
     def _confirm(self, pick: Pick, move: Move) -> None:
         self._finish(pick.job_id, move, success=True)

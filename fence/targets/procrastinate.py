@@ -385,13 +385,14 @@ class Session(PostgresSession):
         # every query; fence's is one loopback connection, and the check doubled a step.
         self.pool = psycopg_pool.AsyncConnectionPool(url, min_size=1, max_size=1, open=False,
                                                      kwargs={"autocommit": True})
+        self.closing(lambda: self.run(self.pool.close()))
         try:
             self.run(self.pool.open(wait=True))
             self.run(self.app.open_async(pool=self.pool))
+            self.closing(lambda: self.run(self.app.close_async()))  # before the pool's
             self.run(ensure_schema(self.app))
         except Exception as error:
-            self.run(self.pool.close())
-            raise BackendError(refusal(error)) from None
+            raise BackendError(refusal(error)) from None  # in procrastinate's words; the session closes both
         return TABLES_IMAGE
 
     async def execute(self, script: str) -> None:
@@ -400,10 +401,6 @@ class Session(PostgresSession):
 
     async def fetch(self, query: str) -> list:
         return await self.app.connector.execute_query_all_async(query=query)
-
-    def close_library(self) -> None:
-        self.run(self.app.close_async())
-        self.run(self.pool.close())
 
 
 class ProcrastinateStorage(TargetStorage):
