@@ -72,8 +72,7 @@ from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger,
-    TargetStorage,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -198,15 +197,11 @@ Image = SchemaImage
 
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Fetch:
+class _Fetch(Taken):
     """One reservation as fence made it: which row, fetched by which worker, for which attempt."""
 
-    reservation_id: str
-    key: str
-    owner: str
     job_id: int
     worker_id: int
-    deadline: float
 
 
 class ProcrastinateLedger(TargetLedger):
@@ -307,7 +302,7 @@ class ProcrastinateLedger(TargetLedger):
         if job is None:
             self._run(job_manager.unregister_worker(worker))
             raise IllegalMove(f"reserve {key!r} for {owner!r}: procrastinate's fetch_job found no job to run in queue {key!r}")
-        return _Fetch(reservation_id, key, owner, job.id, worker, deadline)
+        return _Fetch(reservation_id, key, owner, deadline, job.id, worker)
 
     def _finish(self, job_id: int, status: procrastinate_jobs.Status, move: Move | None = None) -> None:
         self._run(finish(self._session.app.job_manager, job_id, status))
