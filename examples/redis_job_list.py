@@ -112,14 +112,14 @@ class JobListLedger(TargetLedger):
             raise IllegalMove(f"reserve {key!r} for {owner!r}: no job waiting for that key")
         return Take(reservation_id, key, owner, deadline, job_id)
 
-    def _started_only(self, take: Take, call, what: str) -> None:
+    def _started_only(self, take: Take, call, what: str, finishing=None) -> None:
         """The job list refuses nothing: ``call`` is accepted only if it took the job off the started set."""
         self._moved(lambda: self._session.client.zscore(f"started:{take.key}", take.job_id), call,
-                    f"{what}({take.job_id}) changed nothing: the job was not started")
+                    f"{what}({take.job_id}) changed nothing: the job was not started", finishing)
 
     def _confirm(self, take: Take, move: Move) -> None:
-        self._started_only(take, lambda: self._session.jobs.finish(take.key, take.job_id), "finish")
-        self._finished(take.job_id, move)
+        self._started_only(take, lambda: self._session.jobs.finish(take.key, take.job_id), "finish",
+                           finishing=(take.job_id, move))  # the job list keeps no result: fence keeps the move
 
     def _fail(self, take: Take) -> None:
         self._started_only(take, lambda: self._session.jobs.fail(take.key, take.job_id), "fail")

@@ -9,7 +9,8 @@ import pytest
 
 from fence.base.errors import PluginBroken
 from fence.targets.protocol import (
-    IllegalMove, ModelTime, Move, ReservationState, Restorer, Taken, TargetLedger, refused_by,
+    IllegalMove, ModelTime, Move, ReservationState, Restorer, Taken, TargetLedger, library_id, not_in_snapshot,
+    refused_by,
 )
 
 
@@ -67,8 +68,8 @@ class JobsLedger(TargetLedger):
         self._session.started.pop(take.key, None)
 
     def _confirm(self, take, move):
-        self._moved(lambda: take.key in self._started(), lambda: self._finish(take), f"finish of {take.key}: not started")
-        self._finished(take.key, move)
+        self._moved(lambda: take.key in self._started(), lambda: self._finish(take), f"finish of {take.key}: not started",
+                    finishing=(take.key, move))
 
     def _fail(self, take):
         self._writing()
@@ -103,8 +104,18 @@ def test_a_write_that_moved_nothing_is_refused_and_the_answer_after_it_is_read_a
     assert jobs.calls.count("finish") == 1
     ledger._finished_by.clear()  # so that the refusal, not fence's record, decides the second confirm
     with pytest.raises(IllegalMove, match="finish of job1: not started"):
-        ledger.confirm("job1", "w1")
+        ledger.confirm_existing("job1", "w1")
     assert jobs.calls.count("finish") == 2  # the call was made, and changed nothing
+    assert ledger._finished_by == {}  # and a refused call finished nothing
+
+
+def test_an_accepted_write_that_finishes_a_job_is_remembered_as_the_move_that_finished_it():
+    """_moved(..., finishing=(job, move)): the move is the job's finishing move (_finished) once the call moved."""
+    jobs = Jobs()
+    ledger = JobsLedger(jobs)
+    ledger.reserve("job1", "w1", 0, 2)
+    assert ledger.confirm_existing("job1", "w1").state is ReservationState.CONFIRMED_EXISTING
+    assert ledger._finished_by == {"job1": Move.CONFIRM_EXISTING}
 
 
 @pytest.mark.parametrize("catches", [True, False], ids=["guard-catches", "library-handles"])
@@ -248,3 +259,90 @@ def test_a_librarys_refusing_error_is_an_illegal_move_in_its_words():
     with pytest.raises(ZeroDivisionError):
         with refused_by(LookupError, "finish job1"):
             raise ZeroDivisionError
+
+
+# -- declared instead of written: ids by rank, expiry at a deadline, a refusal's words, no instants (issue 27) --
+class RenamingJobs(TimedJobs):
+    """A session whose snapshot renames ids as RedisSession's does (``canonical=``)."""
+
+    def snapshot(self, image: tuple, now: float, canonical=lambda value: value) -> tuple:
+        return tuple(sorted(canonical(image)))  # sorted after the renaming, as RedisDatabase.snapshot does
+
+
+@dataclass(frozen=True)
+class Fetched(Taken):
+    worker_id: str = library_id()
+    message_id: str = library_id()
+    data: bytes = not_in_snapshot()
+
+
+WORKERS = ["9e0c1c5a-4f0e-4c38-9d59-3c1d7b0a1f11", "01234567-89ab-4cde-8f01-23456789abcd"]
+MESSAGES = ["aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee", "ffffffff-0000-4111-8222-333333333333"]
+
+
+class FetchingLedger(PlainLedger):
+    def _take(self, key, owner, reservation_id, deadline):
+        number = self._count_by_key.get(key, 0)
+        self._writing()
+        self._session.started[f"acks.{self._session.workers[number]}"] = self._session.messages[number]
+        return Fetched(reservation_id, key, owner, deadline, self._session.workers[number],
+                       self._session.messages[number], f"message taken at {number}".encode())
+
+
+@pytest.mark.parametrize("order", [1, -1], ids=["drawn-so", "drawn-the-other-way"])
+def test_library_ids_in_records_and_image_are_named_by_rank_alike_and_what_decides_nothing_is_left_out(order):
+    """A record's library_id fields and the same ids in the image get one renaming, ranked by the records first:
+    two paths that drew other uuids snapshot alike; a not_in_snapshot field is not in it."""
+    snapshots = []
+    for workers, messages in ((WORKERS, MESSAGES), (WORKERS[::order], MESSAGES[::-1])):
+        jobs = RenamingJobs()
+        jobs.workers, jobs.messages = workers, messages
+        ledger = FetchingLedger(jobs, 2, guarded=False)
+        ledger.reserve("job1", "w1", 0, 2)
+        ledger.reserve("job1", "w2", 0, 2)
+        snapshots.append(ledger.snapshot())
+    records, image, _, _ = snapshots[0]
+    assert records == (("job1/r1", "job1", "w1", 2, "<id0>", "<id1>"), ("job1/r2", "job1", "w2", 2, "<id2>", "<id3>"))
+    assert set(image) == {("acks.<id0>", "<id1>"), ("acks.<id2>", "<id3>")}
+    assert snapshots[0] == snapshots[1]
+
+
+class DeadlineLedger(PlainLedger):
+    EXPIRES_AT_DEADLINE = True
+    UNEXPIRED_BECAUSE = "{record.owner} still holds {record.key}"
+
+    def _past_lease(self, record):
+        return self._past_deadline(record)
+
+
+def test_a_ledger_expiring_at_deadlines_holds_which_records_are_past_them_and_refuses_in_its_declared_words():
+    """EXPIRES_AT_DEADLINE: the default snapshot holds each record's past-deadline flag (no image says it);
+    UNEXPIRED_BECAUSE, formatted with the record, is a refused expiry's reason."""
+    ledger = DeadlineLedger(TimedJobs(), 1, guarded=False)
+    ledger.reserve("job1", "w1", 1, 2)
+    assert ledger.snapshot()[2] == ((False,),)
+    with pytest.raises(IllegalMove, match="^expire_and_release on job1/r1: w1 still holds job1$"):
+        ledger.apply("job1/r1", Move.EXPIRE_AND_RELEASE)
+    ledger._now = 3
+    assert ledger.snapshot()[2] == ((True,),)
+    assert PlainLedger(TimedJobs(), 1, guarded=False)._unexpired_because(None) == (
+        "the system's expiry query does not list it")
+
+
+class MovingJobs(TimedJobs):
+    def move_time(self, ticks: float) -> None:
+        self.calls.append(f"moved {ticks:g}")
+
+
+@pytest.mark.parametrize("keeps", [True, False], ids=["keeps-instants", "keeps-none"])
+def test_the_clock_moves_the_servers_instants_only_where_the_session_keeps_some(keeps):
+    """_move_clock: the session's move_time as a write; nothing at all (no call, no write) where keeps_instants is
+    False (a PostgresTables with no timed column, as DBOS's)."""
+    jobs = MovingJobs()
+    jobs.keeps_instants = keeps
+    ledger = DeadlineLedger(jobs, 1, guarded=False)
+    ledger.reserve("job1", "w1", 0, 2)
+    ledger._answered("question", lambda: "answer")
+    ledger.expired(2)
+    assert jobs.calls.count("moved 2") == (1 if keeps else 0)
+    assert ("question" in ledger._answers) is not keeps  # a write forgets what the server answered

@@ -156,10 +156,11 @@ def test_a_redis_image_keeps_timestamps_and_ttls_as_ticks(redis_url):
 
 def test_ranked_ids_and_moved_columns_are_what_the_adapters_share():
     """images.ranked_ids names uuids by first appearance (after the erasures); a PostgresTables image moves its
-    timed columns back by the ticks' seconds."""
+    timed columns back by the ticks' seconds, and a session on tables with none keeps no instant to move."""
     import re
+    from types import SimpleNamespace
 
-    from fence.targets.images import PostgresTables, ranked_ids
+    from fence.targets.images import PostgresSession, PostgresTables, ranked_ids
     from fence.targets.protocol import ModelTime
 
     first, second = b"0" * 8 + b"-0000-0000-0000-" + b"0" * 12, b"1" * 8 + b"-1111-1111-1111-" + b"1" * 12
@@ -167,6 +168,9 @@ def test_ranked_ids_and_moved_columns_are_what_the_adapters_share():
     assert canonical((second + b" at=17", first.decode(), (second,), 3)) == (b"<id0> at=0", "<id1>", (b"<id0>",), 3)
     tables = PostgresTables(("jobs", "workers"), ModelTime(tick_seconds=60.0), timed={"workers": {"beat": "beat_ago"}})
     assert tables.move_time_script(2) == "UPDATE workers SET beat = beat - make_interval(secs => 120.0)"
+    untimed = PostgresTables(("jobs",), ModelTime(tick_seconds=60.0))
+    assert PostgresSession.keeps_instants.fget(SimpleNamespace(image=tables))
+    assert not PostgresSession.keeps_instants.fget(SimpleNamespace(image=untimed))  # _move_clock then writes nothing
 
 
 def test_what_of_a_key_or_a_row_decides_an_answer_is_declared_once_for_the_snapshot():

@@ -410,8 +410,8 @@ def test_every_shipped_row_is_in_this_suite():
 
 
 # -- the adapter itself ----------------------------------------------------------------------------------
-ADAPTER_LINES = {"procrastinate": (424, None), "pgqueuer": (374, 229), "celery": (477, 122), "dramatiq": (155, 121),
-                 "arq": (148, 64), "dbos": (175, 93)}
+ADAPTER_LINES = {"procrastinate": (416, None), "pgqueuer": (370, 229), "celery": (453, 122), "dramatiq": (154, 121),
+                 "arq": (147, 64), "dbos": (167, 93)}
 """Caps on each adapter and its recovery recipe (``<system>_recovery``; procrastinate's is in its adapter),
 documentation included (``wc -l``): a ratchet, so that they only shrink (issue 27 asks about 100 lines)."""
 

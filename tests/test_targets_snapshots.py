@@ -79,7 +79,7 @@ def _celery():
     class WithoutTime(CeleryLedger):
         def snapshot(self):
             deliveries, keys, *rest = super().snapshot()
-            deliveries = tuple(d[:5] + d[6:] for d in deliveries)  # a delivery's deadline is its sixth
+            deliveries = tuple(d[:3] + d[4:] for d in deliveries)  # a delivery's deadline is its fourth (Taken's)
             return (deliveries, tuple(key for key in keys if key[1] != "zset"), *rest)  # unacked_index's ticks
 
     class WithoutImage(CeleryLedger):

@@ -67,8 +67,7 @@ class ArqLedger(TargetLedger):
         self._session.run(self._session.pool.enqueue_job(TASK_NAME, key, _job_id=job_id))
 
     def _take(self, key: str, owner: str, reservation_id: str, deadline: float) -> Pick:
-        if key not in self._job_of:
-            self._enqueue(key, f"{key}#1")
+        self._publish_once(key, lambda: self._enqueue(key, f"{key}#1"))  # a guarded retry enqueues its own (_settle)
         job_id = self._job_of[key]
         if self.guarded and any(p.job_id == job_id for p in self._records().values()):
             raise IllegalMove(f"reserve {key!r} for {owner!r}: job {job_id} ran before; a worker's pick of it runs "
@@ -79,8 +78,8 @@ class ArqLedger(TargetLedger):
 
     def _finish(self, job_id: str, move: Move, success: bool) -> None:
         self._moved(lambda: self._queued(job_id), lambda: self._session.finish(self._lease, job_id, success),
-                    f"arq's finish_job({job_id}) changed nothing: the job was finished already")
-        self._finished(job_id, move)
+                    f"arq's finish_job({job_id}) changed nothing: the job was finished already",
+                    finishing=(job_id, move))
 
     def _confirm(self, pick: Pick, move: Move) -> None:
         self._finish(pick.job_id, move, success=True)

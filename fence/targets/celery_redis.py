@@ -109,7 +109,8 @@ from fence.targets.celery_recovery import (  # the recipe, importable from here 
 )
 from fence.targets.images import RedisImage, RedisSession, dump_redis, load_redis, ranked_ids
 from fence.targets.protocol import (
-    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage,
+    EXISTING_MOVES, BackendError, IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage,
+    library_id,
 )
 
 TIME = ModelTime(tick_seconds=600.0)
@@ -177,15 +178,11 @@ class _Taken:
 
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Delivery:
-    """One reservation as fence made it: which message, taken by which worker channel, for which attempt."""
+class _Delivery(Taken):
+    """One reservation as fence made it: which message (its delivery tag and task id, uuid4s), for which attempt."""
 
-    reservation_id: str
-    key: str
-    owner: str
-    tag: str
-    task_id: str
-    deadline: float
+    tag: str = library_id()
+    task_id: str = library_id()
 
 
 class CeleryLedger(TargetLedger):
@@ -279,11 +276,8 @@ class CeleryLedger(TargetLedger):
         (checked: a message unacked under another exchange stops the snapshot).
         """
         canonical = ranked_ids()
-        deliveries = tuple(
-            (d.reservation_id, d.key, d.owner, canonical(d.tag), canonical(d.task_id), d.deadline,
-             self._messages[d.reservation_id].message._state)
-            for d in self._records().values()
-        )
+        deliveries = tuple(delivery + (self._messages[d.reservation_id].message._state,)
+                           for d, delivery in zip(self._records().values(), self.records_snapshot(canonical)))
         image = self.image()
         for name, kind, value in image.keys:
             if kind == "hash" and name.decode() == UNACKED:
@@ -318,7 +312,7 @@ class CeleryLedger(TargetLedger):
         if message is None:
             raise IllegalMove(f"reserve {key!r} for {owner!r}: kombu's basic_get found no message in queue {key!r}")
         self._messages[reservation_id] = _Taken(message)
-        return _Delivery(reservation_id, key, owner, message.delivery_tag, message.headers["id"], deadline)
+        return _Delivery(reservation_id, key, owner, deadline, message.delivery_tag, message.headers["id"])
 
     def _removing(self, delivery: _Delivery, move: Move, call: Callable[[], None], what: str) -> None:
         """Make kombu's ``call`` on its tag: accepted only if it removed the tag from unacked (kombu refuses nothing)."""
@@ -383,8 +377,6 @@ class Session(RedisSession):
     def __init__(self, url: str, *, visibility_timeout: float) -> None:
         super().__init__(url, TIME, timestamps=(UNACKED_INDEX,))
         self._connections: dict[float | None, kombu.Connection] = {}
-        self._channels: list = []
-        self._janitors: dict[float, object] = {}
         try:
             self.app = make_app(url, visibility_timeout=visibility_timeout)
             self.producer = self.app.amqp.Producer(self._connection(None))
@@ -399,6 +391,7 @@ class Session(RedisSession):
             options = {} if visibility_timeout is None else {"visibility_timeout": visibility_timeout}
             connection = self.app.connection_for_write(transport_options=options)
             connection.connect()
+            self.closing(connection.release)  # after its channels: they are opened after it
             self._connections[visibility_timeout] = connection
         return self._connections[visibility_timeout]
 
@@ -408,7 +401,7 @@ class Session(RedisSession):
         # A closed channel would restore what it holds unacked (restore_at_shutdown):
         # a world's workers are dropped, not shut down, and their messages die with the database.
         channel.do_restore = False
-        self._channels.append(channel)
+        self.closing(channel.close)
         return channel
 
     def new_worker(self):
@@ -425,29 +418,12 @@ class Session(RedisSession):
 
     def janitor(self, visibility_timeout: float):
         """The janitor's channel, whose restore_visible uses ``visibility_timeout`` (one per timeout)."""
-        if visibility_timeout not in self._janitors:
-            self._janitors[visibility_timeout] = self.channel(visibility_timeout=visibility_timeout)
-        return self._janitors[visibility_timeout]
+        return self.worker(("janitor", visibility_timeout),
+                           lambda: self.channel(visibility_timeout=visibility_timeout))
 
     def publish(self, key: str) -> None:
         """The task message for ``key``, published by celery itself (acks_late, the key's own queue)."""
         self.app.tasks[TASK_NAME].apply_async(args=[key], queue=key, producer=self.producer)
-
-    def _close_channels(self) -> None:
-        for channel in self._channels:
-            channel.do_restore = False
-            channel.close()
-        self._channels = []
-        self._workers = {}
-        self._janitors = {}
-
-    def close(self) -> None:
-        try:
-            self._close_channels()
-            for connection in self._connections.values():
-                connection.release()
-        finally:
-            super().close()
 
 
 class CeleryStorage(TargetStorage):

@@ -50,7 +50,9 @@ class _Claim(Taken):
 class DbosLedger(TargetLedger):
     """fence's ledger protocol on DBOS's system database (see the module doc)."""
 
-    JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES, STATE = "key", True, True, ("_declared_dead",)
+    JOB, EITHER_RECOVERY, GUARD_CATCHES_FAILURES = "key", True, True
+    EXPIRES_AT_DEADLINE = True  # the recovery service's word decides, not an instant in DBOS's tables
+    UNEXPIRED_BECAUSE = "{record.executor_id} is not dead with it PENDING"
 
     def _workflows(self) -> dict[str, dict]:
         return self._answered("workflows", lambda: {row["workflow_uuid"]: row for row in self._session.workflows()})
@@ -68,12 +70,6 @@ class DbosLedger(TargetLedger):
         self._reading()
         pending = self._session.sys_db.get_pending_workflows(claim.executor_id, APP)
         return any(p.workflow_id == claim.key for p in pending)
-
-    def _unexpired_because(self, claim: _Claim) -> str:
-        return f"{claim.executor_id} is not dead with it PENDING"
-
-    def _move_clock(self, ticks: float) -> None:
-        """Nothing on the server: DBOS compares none of its stored instants with a clock on this path."""
 
     def _finish(self, claim: _Claim, status: str) -> None:
         """The worker's step checkpoint and workflow outcome, owner-checked, as DBOS's worker writes them."""
@@ -131,11 +127,6 @@ class DbosLedger(TargetLedger):
             self._finished(claim.key, move)
         self._failures_caught.discard(claim.reservation_id)
 
-    @property
-    def _declared_dead(self) -> dict[str, bool]:
-        """Which claims' executors the recovery service declares dead now (``STATE``: they decide ``expired``)."""
-        return {claim.reservation_id: self._past_deadline(claim) for claim in self._records().values()}
-
 
 class Session(PostgresSession):
     """A DBOSClient on the system database (schema ``dbos``, migrated once); the image on a connection of its own."""
@@ -151,6 +142,7 @@ class Session(PostgresSession):
         with self.sys_db.engine.begin() as connection:
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7369302)")  # one migration at a time
             self.sys_db.run_migrations()
+        # No column timed: DBOS compares none of its stored instants with a clock on this path.
         return PostgresTables(TABLES, TIME, cascade=True, ordered_by=dict.fromkeys(TABLES, "t::text"), deciding=TABLES)
 
     def queue(self, name: str):

@@ -23,7 +23,9 @@ from fence.targets.dramatiq_recovery import (  # the recipe, importable from her
     ACTOR, HEARTBEATS, NS, acks_key, as_worker, attempt_id, make_broker, publish, recover_stalled, settle,
 )
 from fence.targets.images import InstantsIn, RedisSession, left_out, ranked_ids
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage
+from fence.targets.protocol import (
+    IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage, library_id, not_in_snapshot,
+)
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of Redis time: a retry's first backoff (15-30 s) is due a tick on."""
@@ -40,13 +42,15 @@ _INSTANT = re.compile(rb'"(message_timestamp|requeue_timestamp)": ?\d+')
 
 @dataclass(frozen=True)
 class _Take(Taken):
-    worker_id: str
-    redis_id: str
-    data: bytes
+    worker_id: str = library_id()  # its worker broker's uuid
+    redis_id: str = library_id()
+    data: bytes = not_in_snapshot()  # the message as fetched: found again by its redis_id
 
 
 class DramatiqLedger(TargetLedger):
     GUARD_CATCHES_FAILURES = True
+    UNEXPIRED_BECAUSE = ("maintenance's query does not list its message "
+                         "(or the recovery or its guard's wrapper holds it)")
 
     def snapshot(self) -> tuple:
         # Left out, as they decide no answer: the heartbeat of a worker that holds nothing (each fetches once), a
@@ -55,12 +59,11 @@ class DramatiqLedger(TargetLedger):
         canonical, image = ranked_ids(erase=[(_INSTANT, rb'"\1":0')]), self.image()
         holding = {(name, m) for name, _, value in image.keys if name.startswith(b"dramatiq:__acks__.") for m in value}
         busy = {name.split(b".")[1] for name, _ in holding}
-        keys = self._session.snapshot(image, self._now, canonical=canonical, deciding={
+        keys = self._session.snapshot(image, self._now, canonical=canonical, deciding={  # first: ids ranked by keys
             HEARTBEATS: lambda beats: tuple(beat for beat in beats if beat[0] in busy) or None})
         held = lambda t: (acks_key(t.worker_id, t.key).encode(), t.redis_id.encode()) in holding  # noqa: E731
-        takes = tuple((t.reservation_id, t.key, t.owner, canonical(t.worker_id), canonical(t.redis_id), t.deadline,
-                       held(t) and t.reservation_id in self._held | self._failures_caught)
-                      for t in self._records().values())
+        takes = tuple(taken + (held(t) and t.reservation_id in self._held | self._failures_caught,)
+                      for t, taken in zip(self._records().values(), self.records_snapshot(canonical)))
         return (takes, keys, self.finished_moves(), self.published(),
                 tuple(sorted(self._count_by_key.items())), self._lease)
 
@@ -79,14 +82,10 @@ class DramatiqLedger(TargetLedger):
         stalled = self._session.client.zrangebyscore(HEARTBEATS, 0, cutoff)
         return take.worker_id.encode() in stalled and self._held_by_worker(take)
 
-    def _unexpired_because(self, take: _Take) -> str:
-        return "maintenance's query does not list its message (or the recovery or its guard's wrapper holds it)"
-
     def _moving(self, take: _Take, call, move: Move, what: str, also=lambda: None) -> None:
         self._moved(lambda: (self._held_by_worker(take), also()), call,
                     f"{what} of {take.reservation_id} changed nothing: its message is no longer in its worker's "
-                    "ack set, and dramatiq takes the call without a word")
-        self._finished(take.reservation_id, move)
+                    "ack set, and dramatiq takes the call without a word", finishing=(take.reservation_id, move))
 
     def _confirm(self, take: _Take, move: Move) -> None:
         consumer = self._session.worker(take.reservation_id).consume(take.key, prefetch=1, timeout=0)

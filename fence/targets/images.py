@@ -37,44 +37,17 @@ an answer, for the default ``snapshot()``.
 
 The Redis images are in ``fence.targets.redis_image``, the PostgreSQL ones in
 ``fence.targets.postgres_image``, the session's library side in
-``fence.targets.library_session``; import them from here.
+``fence.targets.library_session``, the renaming of ids by rank (``ranked_ids``)
+in ``fence.targets.taken``; import them from here.
 """
 
 from __future__ import annotations
-
-import re
-from typing import Callable, Iterable
 
 from fence.targets.library_session import LibrarySession
 from fence.targets.postgres_image import PostgresSession, PostgresTables, SchemaImage, literal
 from fence.targets.redis_image import MOVE_BACK, RedisDatabase, RedisImage, RedisSession, dump_redis, load_redis
 from fence.targets.redis_image import InstantsIn, left_out, scores_zeroed
-
-
-# -- ids that depend on the path taken ------------------------------------------------------
-UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-"""A uuid4 as text: a delivery tag, a task or message id, a worker id."""
-
-
-def ranked_ids(
-    identity: re.Pattern = UUID, *, erase: Iterable[tuple[re.Pattern, bytes]] = (),
-) -> Callable[[object], object]:
-    """A renaming for one ``snapshot()``: each match of ``identity`` named ``<idN>`` by the rank of its first
-    appearance, in bytes, in str and through tuples; each ``erase`` (pattern, replacement) applied first (what
-    decides no answer, such as an instant nothing compares with the clock). Equal states reached by
-    different paths then snapshot alike; call it on fence's own records first, so that ranks follow them."""
-    ranks: dict[bytes, int] = {}
-
-    def canonical(value):
-        if isinstance(value, bytes):
-            for pattern, replacement in erase:
-                value = pattern.sub(replacement, value)
-            return identity.sub(lambda found: b"<id%d>" % ranks.setdefault(found.group(0), len(ranks)), value)
-        if isinstance(value, str):
-            return canonical(value.encode()).decode()
-        return tuple(canonical(part) for part in value) if isinstance(value, tuple) else value
-
-    return canonical
+from fence.targets.taken import UUID, ranked_ids
 
 
 

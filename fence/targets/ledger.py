@@ -7,13 +7,13 @@ documentation; this module holds the base class a target's ledger subclasses.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from fence.base.errors import IllegalMove, PluginBroken, StaleAttempt
 from fence.model.ledger import HOLDING_STATES, Move, Reservation, ReservationState
 from fence.model.restore import Restorable
 from fence.targets.model_time import ModelTime
+from fence.targets.taken import Taken, TakenReservation, declares_snapshot, ranked_ids, record_snapshot
 
 T = TypeVar("T")
 CONFIRMS = (Move.CONFIRM, Move.CONFIRM_EXISTING)
@@ -55,26 +55,6 @@ def refused_by(errors: type[Exception] | tuple[type[Exception], ...], why: str,
 
 
 # -- the ledger -----------------------------------------------------------------------------
-class TakenReservation(Protocol):
-    """A target's own record of one reservation it took (a fetch, a pick, a delivery)."""
-
-    reservation_id: str
-    key: str
-    owner: str
-    deadline: float
-
-
-@dataclass(frozen=True)
-class Taken:
-    """A record of one reservation to subclass (``TakenReservation``): a frozen dataclass whose subclass adds
-    what the system calls the job it took (a message id, a row, a claim token) after these four fields."""
-
-    reservation_id: str
-    key: str
-    owner: str
-    deadline: float
-
-
 class TargetLedger(Restorable):
     """fence's ledger protocol from a target's records, its ``_state`` and its expiry query (see the module doc).
 
@@ -147,6 +127,13 @@ class TargetLedger(Restorable):
     JOB = "reservation_id"
     """The field of a record that names the system's job: a reservation whose job a newer one took is
     ``unused`` (``_newest``). By default each reservation is its own job."""
+    UNEXPIRED_BECAUSE = "the system's expiry query does not list it"
+    """Why an expiry is refused, in the system's words, formatted with the ``record`` (``"{record.worker_id}
+    still beats"``); a message that needs more than the record is an ``_unexpired_because`` of your own."""
+    EXPIRES_AT_DEADLINE = False
+    """True for a system that keeps no instant its expiry compares, where whatever declares a worker dead
+    decides (``_past_deadline``, at fence's clock): the default ``snapshot()`` then holds which records are
+    past their deadline, since that decides ``expired`` and no image says it."""
     STATE: tuple[str, ...] | dict[str, Callable[[], object]] = ()
     """The names of the subclass's own attributes that decide its next answers (a dict or set of what it
     published, released, re-picked): the default ``snapshot()`` holds each as a sorted value. As a dict
@@ -199,13 +186,25 @@ class TargetLedger(Restorable):
         )
 
     def snapshot(self) -> tuple:
-        """By default: the records, the session's ``snapshot`` of the image (``images.RedisSession``'s; after
-        ``_canonical``), each ``STATE`` attribute sorted, and ``bookkeeping()``. Override it where equal states
-        differ in more than the image's instants (an id that depends on the path taken) or the session has none."""
+        """By default: the records (``records_snapshot``), the session's ``snapshot`` of the image (after
+        ``_canonical``; a record's ``library_id`` fields and the image renamed alike, records first), each
+        ``STATE`` attribute sorted, which records are past their deadline (``EXPIRES_AT_DEADLINE``) and
+        ``bookkeeping()``. Override it where equal states differ in more than that or the session has none."""
         state = tuple(tuple(sorted(value.items() if isinstance(value, dict) else value))
                       for value in (getattr(self, name) for name in self.STATE))
-        return (tuple(self._records().values()), self._session.snapshot(self._canonical(self.image()), self._now),
-                state, self.bookkeeping())
+        if self.EXPIRES_AT_DEADLINE:
+            state += (tuple(self._past_deadline(record) for record in self._records().values()),)
+        canonical = ranked_ids() if any(map(declares_snapshot, self._records().values())) else None
+        records = self.records_snapshot(canonical)  # first: the ids' ranks follow fence's records
+        renamed = {} if canonical is None else {"canonical": canonical}
+        return (records, self._session.snapshot(self._canonical(self.image()), self._now, **renamed), state,
+                self.bookkeeping())
+
+    def records_snapshot(self, canonical: Callable[[object], object] | None = None) -> tuple:
+        """The records as a snapshot holds them, in order (``taken.record_snapshot``): each record itself, or,
+        where its class declares fields, their values with each ``library_id`` renamed by ``canonical``."""
+        rename = canonical or (lambda value: value)
+        return tuple(record_snapshot(record, rename) for record in self._records().values())
 
     def _canonical(self, image: object) -> object:
         """``image`` without what differs between equal states and the session's snapshot keeps (instants in
@@ -235,9 +234,11 @@ class TargetLedger(Restorable):
 
     def _move_clock(self, ticks: float) -> None:
         """Move the system's stored instants ``ticks`` back (its clock moves on), marked as a write: by default
-        the session's ``move_time`` (``images.RedisSession``'s and ``images.PostgresSession``'s have one)."""
-        self._writing()
-        self._session.move_time(ticks)
+        the session's ``move_time`` (``images.RedisSession``'s and ``images.PostgresSession``'s have one); nothing
+        where the session keeps no instant (``keeps_instants`` False: a ``PostgresTables`` with none ``timed``)."""
+        if getattr(self._session, "keeps_instants", True):
+            self._writing()
+            self._session.move_time(ticks)
 
     # -- the server ----------------------------------------------------------------------------
     def dump(self) -> object:
@@ -271,9 +272,11 @@ class TargetLedger(Restorable):
             self._answers[question] = read()
         return self._answers[question]
 
-    def _moved(self, read: Callable[[], object], call: Callable[[], object], why: str) -> object:
+    def _moved(self, read: Callable[[], object], call: Callable[[], object], why: str,
+               finishing: tuple[object, Move] | None = None) -> object:
         """The system's ``call`` as a write, accepted only if ``read()`` answers differently after it
-        (``only_if_it_moves``): for a library whose stale call returns as quietly as a good one."""
+        (``only_if_it_moves``): for a library whose stale call returns as quietly as a good one. With
+        ``finishing=(job, move)``, an accepted call is the ``move`` that finished ``job`` (``_finished``)."""
         self._writing()
 
         def writing():
@@ -282,7 +285,10 @@ class TargetLedger(Restorable):
             finally:
                 self._forget_reads()
 
-        return only_if_it_moves(read, writing, why)
+        result = only_if_it_moves(read, writing, why)
+        if finishing is not None:
+            self._finished(*finishing)
+        return result
 
     # -- time ----------------------------------------------------------------------------------
     def _move_time(self, now: float | None) -> None:
@@ -432,8 +438,8 @@ class TargetLedger(Restorable):
         return self._reservation(self._newest(record))
 
     def _unexpired_because(self, record: TakenReservation) -> str:
-        """Why an expiry of ``record`` is refused, in the system's words."""
-        return "the system's expiry query does not list it"
+        """Why an expiry of ``record`` is refused, in the system's words: ``UNEXPIRED_BECAUSE`` by default."""
+        return self.UNEXPIRED_BECAUSE.format(record=record)
 
     def _given(self, key: str, owner: str, what: str) -> TakenReservation:
         """The newest reservation ``owner`` took of ``key``; StaleAttempt if it was never given the key's job."""

@@ -102,7 +102,7 @@ from fence.targets.pgqueuer_recovery import (  # the recipe, importable from her
     KEY_HEADER, PICKS, attempt_id, complete, enqueue_keyed, ensure_schema, fail_job, guarded_attempt, key_of,
     log_in_guard_database, log_statuses, picks_of, recover_repick, settle_existing, settle_failure, settle_unused,
 )
-from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, TargetLedger, TargetStorage
+from fence.targets.protocol import IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage
 
 TIME = ModelTime(tick_seconds=60.0)
 """One model tick is a minute of the database's clock."""
@@ -133,15 +133,11 @@ def tables_image(tables: tuple[str, ...]) -> PostgresTables:
 
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Pick:
+class _Pick(Taken):
     """One reservation as fence made it: which row, picked by which queue manager, for which attempt."""
 
-    reservation_id: str
-    key: str
-    owner: str
     job: Job
     queue_manager: uuid.UUID
-    deadline: float
 
     @property
     def job_id(self) -> int:
@@ -290,7 +286,7 @@ class PgqueuerLedger(TargetLedger):
             if picked is None:
                 raise IllegalMove(f"reserve {key!r} for {owner!r}: pgqueuer's dequeue took no job for entrypoint {key!r}")
             job, queue_manager = picked
-        return _Pick(reservation_id, key, owner, job, queue_manager, deadline)
+        return _Pick(reservation_id, key, owner, deadline, job, queue_manager)
 
     def _confirm(self, pick: _Pick, move: Move) -> None:
         """The worker's log_jobs(job, successful) on the job it was given, as pgqueuer's queue manager flushes it."""

@@ -245,6 +245,12 @@ class PostgresSession(LibrarySession):
                      else tuple(sorted(value for value in map(decides, rows) if value is not None))
                      for table, text, rows in zip(self.image.tables, image.tables, image.rows)) + (image.sequences,)
 
+    @property
+    def keeps_instants(self) -> bool:
+        """Do the tables keep an instant the system compares with its clock (any ``timed`` column)? If not,
+        ``TargetLedger._move_clock`` moves nothing (DBOS's tables: an executor's death is fence's word)."""
+        return bool(self.image.timed)
+
     def move_time(self, ticks: float) -> None:
         """Model time on by ``ticks``: the timed columns moved back (what ``TargetLedger._move_clock`` calls)."""
         self.run(self.execute(self.image.move_time_script(ticks)))

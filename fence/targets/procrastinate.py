@@ -72,8 +72,7 @@ from fence import Decision
 from fence.guard import Guard
 from fence.targets.images import PostgresSession, PostgresTables, SchemaImage
 from fence.targets.protocol import (
-    BackendError, IllegalMove, ModelTime, Move, ReservationState, TargetLedger,
-    TargetStorage,
+    BackendError, IllegalMove, ModelTime, Move, ReservationState, Taken, TargetLedger, TargetStorage,
 )
 
 TIME = ModelTime(tick_seconds=60.0)
@@ -198,15 +197,11 @@ Image = SchemaImage
 
 # -- the ledger ---------------------------------------------------------------------------
 @dataclass(frozen=True)
-class _Fetch:
+class _Fetch(Taken):
     """One reservation as fence made it: which row, fetched by which worker, for which attempt."""
 
-    reservation_id: str
-    key: str
-    owner: str
     job_id: int
     worker_id: int
-    deadline: float
 
 
 class ProcrastinateLedger(TargetLedger):
@@ -307,7 +302,7 @@ class ProcrastinateLedger(TargetLedger):
         if job is None:
             self._run(job_manager.unregister_worker(worker))
             raise IllegalMove(f"reserve {key!r} for {owner!r}: procrastinate's fetch_job found no job to run in queue {key!r}")
-        return _Fetch(reservation_id, key, owner, job.id, worker, deadline)
+        return _Fetch(reservation_id, key, owner, deadline, job.id, worker)
 
     def _finish(self, job_id: int, status: procrastinate_jobs.Status, move: Move | None = None) -> None:
         self._run(finish(self._session.app.job_manager, job_id, status))
@@ -385,13 +380,14 @@ class Session(PostgresSession):
         # every query; fence's is one loopback connection, and the check doubled a step.
         self.pool = psycopg_pool.AsyncConnectionPool(url, min_size=1, max_size=1, open=False,
                                                      kwargs={"autocommit": True})
+        self.closing(lambda: self.run(self.pool.close()))
         try:
             self.run(self.pool.open(wait=True))
             self.run(self.app.open_async(pool=self.pool))
+            self.closing(lambda: self.run(self.app.close_async()))  # before the pool's
             self.run(ensure_schema(self.app))
         except Exception as error:
-            self.run(self.pool.close())
-            raise BackendError(refusal(error)) from None
+            raise BackendError(refusal(error)) from None  # in procrastinate's words; the session closes both
         return TABLES_IMAGE
 
     async def execute(self, script: str) -> None:
@@ -400,10 +396,6 @@ class Session(PostgresSession):
 
     async def fetch(self, query: str) -> list:
         return await self.app.connector.execute_query_all_async(query=query)
-
-    def close_library(self) -> None:
-        self.run(self.app.close_async())
-        self.run(self.pool.close())
 
 
 class ProcrastinateStorage(TargetStorage):

@@ -151,7 +151,9 @@ and of a list of PostgreSQL tables with their sequences.
 
 This module is the protocol's one place to import from; its parts live in
 ``fence.targets.ledger`` (``TargetLedger`` and the "accepted" helpers),
-``fence.targets.storage`` (``TargetStorage``) and ``fence.targets.model_time``.
+``fence.targets.taken`` (a record, ``Taken``, and how its fields stand in a
+snapshot: ``library_id()``, ``not_in_snapshot()``), ``fence.targets.storage``
+(``TargetStorage``) and ``fence.targets.model_time``.
 """
 
 
@@ -162,15 +164,15 @@ from fence.model.ledger import Move, Reservation, ReservationState
 from fence.model.protocol import LEDGER_METHODS, LEDGER_PROPERTIES
 from fence.model.restore import Restorable, Restorer, reads, writes
 from fence.targets.ledger import (
-    CONFIRMS, EXISTING_MOVES, EXPIRIES, Taken, TakenReservation, TargetLedger, only_if_it_moves, refused_by,
-    refused_unless,
+    CONFIRMS, EXISTING_MOVES, EXPIRIES, TargetLedger, only_if_it_moves, refused_by, refused_unless,
 )
 from fence.targets.model_time import ModelTime
 from fence.targets.storage import TargetStorage
+from fence.targets.taken import Taken, TakenReservation, library_id, not_in_snapshot
 
 __all__ = [
     "CONFIRMS", "EXISTING_MOVES", "EXPIRIES", "LEDGER_METHODS", "LEDGER_PROPERTIES", "BackendError", "CapacityExhausted",
     "IllegalMove", "ModelTime", "Move", "Reservation", "ReservationState", "Restorable", "Restorer",
-    "StaleAttempt", "Taken", "TakenReservation", "TargetLedger", "TargetStorage", "only_if_it_moves", "reads",
-    "refused_by", "refused_unless", "writes",
+    "StaleAttempt", "Taken", "TakenReservation", "TargetLedger", "TargetStorage", "library_id", "not_in_snapshot",
+    "only_if_it_moves", "reads", "refused_by", "refused_unless", "writes",
 ]
