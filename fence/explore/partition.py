@@ -99,6 +99,8 @@ class OwnedWalk(AbstractWalk):
 
     def __init__(self, *args, **options) -> None:
         super().__init__(*args, **options)
+        self.replayed_steps = 0
+        """Steps applied by replays (``world_of``): what rebuilding Worlds for rows costs, in ``World.apply`` calls."""
         self.kept: OrderedDict[bytes, World] = OrderedDict()
         """Path -> a World built here for it (replayed, or the World a state of this partition's frontier had
         when it was expanded), oldest first, at most ``KEPT_WORLDS``. A replay starts from the longest prefix
@@ -146,6 +148,7 @@ class OwnedWalk(AbstractWalk):
             start, world = self._nearest_kept(path)
             world = world.clone(history=False)
             steps = self.steps_of(path[start:])
+            self.replayed_steps += len(steps)
             last = len(steps) - 1
             for at, (action, meant) in enumerate(steps):
                 if at == last and at > 0:
@@ -209,6 +212,7 @@ class Partition:
         Returns (report, outgoing): outgoing holds a pickled batch of rows per partition (None for this one);
         the report is a dict of counts and of the first findings, each with its order and path.
         """
+        started, cpu_started = time.perf_counter(), time.process_time()
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
@@ -240,6 +244,11 @@ class Partition:
         # The seen set's table and its fingerprints (each a 64-bit int object): what the visited set costs here.
         report["seen_bytes"] = sys.getsizeof(self.seen) + len(self.seen) * _FINGERPRINT_BYTES
         report["rebuilt"] = walk.replays
+        report["replayed_steps"] = walk.replayed_steps
+        # This round's own seconds, busy and on the CPU: a round's wall time less a partition's busy time is
+        # its wait at the level's barrier, and busy less CPU the time the machine gave to others.
+        report["busy_seconds"] = time.perf_counter() - started
+        report["cpu_seconds"] = time.process_time() - cpu_started
         return report, outgoing
 
     def _judge_entered(self, frontier: list[tuple[int, Entry]], known: frozenset) -> dict[str, tuple[int, list]]:
