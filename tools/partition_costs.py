@@ -83,7 +83,8 @@ def main() -> None:
     for at in range(count):
         last = rounds[-1][1][at]
         print(f"partition {at}: CPU {cpu[at]:.2f} s, busy {busy[at]:.2f} s, waited {waited[at]:.2f} s; "
-              f"{last['rebuilt']} Worlds replayed, {last['replayed_steps']} steps replayed")
+              f"{last['rebuilt']} Worlds replayed, {last['replayed_steps']} steps replayed; "
+              f"peak {last['peak_bytes'] / 2**20:.0f} MiB")
     summed = sum(cpu)
     print(f"summed CPU {summed:.2f} s; critical path (each round's slowest partition) {critical:.2f} s, "
           f"imbalance {critical - summed / count:.2f} s ({(critical * count / summed - 1) * 100:.1f}%); "
