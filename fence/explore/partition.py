@@ -105,8 +105,8 @@ class OwnedWalk(AbstractWalk):
         """Path -> a World built here for it (replayed, or the World a state of this partition's frontier had
         when it was expanded), oldest first, at most ``KEPT_WORLDS``. A replay starts from the longest prefix
         of its path kept here: a row's parent is the other partition's, but its older ancestors were often
-        expanded here (at 2x2x2 h2 this cut the steps replayed by 70% against the parent and grandparent
-        of the last two levels alone, by counts)."""
+        expanded here, so most replays take a few steps where the last two levels' parents and grandparents
+        alone left most to start from the root (``tools/partition_costs.py`` counts the steps replayed)."""
 
     def keep(self, path: bytes, world: World) -> None:
         """Keep ``world`` as the World of ``path``, letting the oldest go past ``KEPT_WORLDS``.
