@@ -158,6 +158,43 @@ def test_content_numbers_are_one_per_part_and_repeatable():
     assert step_code((root.enabled_actions()[0], None)) == step_code((root.enabled_actions()[0], None))
 
 
+def test_a_world_replayed_from_a_kept_prefix_is_the_world_replayed_from_the_root(monkeypatch):
+    """A row's World rebuilt from the World kept for a prefix of its path (``OwnedWalk.kept``) is the one rebuilt
+    from the root, and most rebuilds start there; past the cap the oldest kept World goes first."""
+    from fence.explore import partition as partition_module
+    from fence.explore.abstract_state import Entry
+    from fence.explore.whole_state import whole_state
+
+    owner = partition_module.Partition(0, 1, POLICIES["abandon-fenced"], TWO_BY_TWO, True, INVARIANTS)
+    for _level in range(5):
+        owner.advance([], True, frozenset(), None)
+    walk = owner.walk
+    deepest = [entry for _order, entry in sorted(owner.candidates.values(), key=lambda held: held[0])][:60]
+    depth = len(deepest[0].path) // partition_module.CODE_BYTES
+    assert depth == 5
+
+    def rebuilt(entry):
+        """``entry`` as a row brings it: no parent, no World, its path."""
+        row = Entry(entry.details, entry.parts, entry.abandoned, entry.shared, None, None, None, None, None)
+        row.path = entry.path
+        return whole_state(walk.world_of(row))
+
+    from_the_root = []
+    for entry in deepest:
+        walk.kept.clear()
+        from_the_root.append(rebuilt(entry))
+    walk.kept.clear()
+    steps_before = walk.replayed_steps
+    assert [rebuilt(entry) for entry in deepest] == from_the_root
+    assert walk.replayed_steps - steps_before < len(deepest) * depth  # fewer than from the root: prefixes were kept
+
+    monkeypatch.setattr(partition_module, "KEPT_WORLDS", 2)
+    walk.kept.clear()
+    for code in (b"a", b"b", b"c"):
+        walk.keep(code * partition_module.CODE_BYTES, walk.root.world)
+    assert list(walk.kept) == [b"b" * 8, b"c" * 8]
+
+
 def test_the_cli_explores_partitioned_and_says_so(capsys, tmp_path):
     """``fence explore --partitioned`` prints the report of the partitioned walk, naming its owners."""
     from fence.cli.main import main

@@ -9,7 +9,7 @@ import pickle
 import resource
 import sys
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from operator import itemgetter
 
 from fence.explore.abstract import AbstractWalk
@@ -99,26 +99,32 @@ class OwnedWalk(AbstractWalk):
 
     def __init__(self, *args, **options) -> None:
         super().__init__(*args, **options)
-        self.replayed: dict[bytes, World] = {}
-        """Path -> the World replayed for it (or for its parent on the way) in this level; ``replayed_before``
-        the last level's. A replay starts from its parent's or grandparent's World if one is here: a state's
-        siblings and children tend to miss the memos where it did."""
-        self.replayed_before: dict[bytes, World] = {}
+        self.replayed_steps = 0
+        """Steps applied by replays (``world_of``): what rebuilding Worlds for rows costs, in ``World.apply`` calls."""
+        self.kept: OrderedDict[bytes, World] = OrderedDict()
+        """Path -> a World built here for it (replayed, or the World a state of this partition's frontier had
+        when it was expanded), oldest first, at most ``KEPT_WORLDS``. A replay starts from the longest prefix
+        of its path kept here: a row's parent is the other partition's, but its older ancestors were often
+        expanded here, so most replays take a few steps where the last two levels' parents and grandparents
+        alone left most to start from the root (``tools/partition_costs.py`` counts the steps replayed)."""
 
-    def new_level(self) -> None:
-        """Let go of the Worlds replayed before the last level (at most ``KEPT_WORLDS`` a level are kept)."""
-        self.replayed_before, self.replayed = self.replayed, {}
+    def keep(self, path: bytes, world: World) -> None:
+        """Keep ``world`` as the World of ``path``, letting the oldest go past ``KEPT_WORLDS``.
 
-    def _nearest_replayed(self, path: bytes) -> tuple[int, World]:
-        """The longest of the path's parent and grandparent with a World replayed here, else the root."""
-        for cut in (CODE_BYTES, 2 * CODE_BYTES):
-            if cut < len(path):
-                prefix = path[:-cut]
-                world = self.replayed.get(prefix)
-                if world is None:
-                    world = self.replayed_before.get(prefix)
-                if world is not None:
-                    return len(prefix), world
+        Shared, as every built World is: it is cloned before a step, never changed."""
+        kept = self.kept
+        if path and path not in kept:
+            kept[path] = world
+            if len(kept) > KEPT_WORLDS:
+                kept.popitem(last=False)
+
+    def _nearest_kept(self, path: bytes) -> tuple[int, World]:
+        """The longest proper prefix of the path with a World kept here (``kept``), else the root."""
+        kept = self.kept
+        for end in range(len(path) - CODE_BYTES, 0, -CODE_BYTES):
+            world = kept.get(path[:end])
+            if world is not None:
+                return end, world
         return 0, self.root.world
 
     def judge_new(self, child: Entry | None, findings: tuple, known, readings: list | None = None) -> list[str]:
@@ -136,16 +142,17 @@ class OwnedWalk(AbstractWalk):
 
     def world_of(self, entry: Entry) -> World:
         """An entry that came in a row has no parent here: its World is its path replayed from the root
-        (or from a World replayed for a prefix of it, ``replayed``)."""
+        (or from the World kept for the longest prefix of it, ``kept``)."""
         if entry.world is None and entry.parent is None and entry.path:
             path = entry.path
-            start, world = self._nearest_replayed(path)
+            start, world = self._nearest_kept(path)
             world = world.clone(history=False)
             steps = self.steps_of(path[start:])
+            self.replayed_steps += len(steps)
             last = len(steps) - 1
             for at, (action, meant) in enumerate(steps):
-                if at == last and at > 0 and len(self.replayed) < KEPT_WORLDS:
-                    self.replayed[path[:-CODE_BYTES]] = world.clone(history=False)  # for the siblings
+                if at == last and at > 0:
+                    self.keep(path[:-CODE_BYTES], world.clone(history=False))  # for the siblings
                 if meant is not None:
                     action = translate(world, action, *meant)
                 world.apply(action)
@@ -155,8 +162,7 @@ class OwnedWalk(AbstractWalk):
                 memo[job] = self.parts_by_number[part]
                 memo[DETAIL + job] = detail
             entry.world = world
-            if len(self.replayed) < KEPT_WORLDS:
-                self.replayed[path] = world  # shared, as every built World is: it is cloned before a step
+            self.keep(path, world)
             self.replays += 1
             return world
         return super().world_of(entry)
@@ -206,10 +212,10 @@ class Partition:
         Returns (report, outgoing): outgoing holds a pickled batch of rows per partition (None for this one);
         the report is a dict of counts and of the first findings, each with its order and path.
         """
+        started, cpu_started = time.perf_counter(), time.process_time()
         deadline = time.monotonic() + seconds_left if seconds_left is not None else None
         frontier = self._take_in(incoming)
         walk = self.walk
-        walk.new_level()
         entered_found = self._judge_entered(frontier, known)
         drain_found: dict[str, tuple[int, list]] = {}
         unsettled: list[int] = []  # the orders of the states whose drain found no fixed point
@@ -238,6 +244,11 @@ class Partition:
         # The seen set's table and its fingerprints (each a 64-bit int object): what the visited set costs here.
         report["seen_bytes"] = sys.getsizeof(self.seen) + len(self.seen) * _FINGERPRINT_BYTES
         report["rebuilt"] = walk.replays
+        report["replayed_steps"] = walk.replayed_steps
+        # This round's own seconds, busy and on the CPU: a round's wall time less a partition's busy time is
+        # its wait at the level's barrier, and busy less CPU the time the machine gave to others.
+        report["busy_seconds"] = time.perf_counter() - started
+        report["cpu_seconds"] = time.process_time() - cpu_started
         return report, outgoing
 
     def _judge_entered(self, frontier: list[tuple[int, Entry]], known: frozenset) -> dict[str, tuple[int, list]]:
@@ -357,8 +368,11 @@ class Partition:
                         worlds.append((len(plain), child.world))
                     plain.append((key, base + place, child.details, child.parts, child.abandoned, child.shared,
                                   child.path))
+        keep = walk.keep
         for _order, entry in frontier:
             entry.parent = None  # its children have its World if they need it; nothing older is kept
+            if entry.world is not None:  # a start for replays of its descendants' rows (``OwnedWalk.kept``)
+                keep(entry.path, entry.world)
         report["transitions"] = yielded + walk.quiet
         walk.quiet = 0
         return rows
