@@ -262,3 +262,23 @@ def test_the_cli_reference_is_what_the_parser_says():
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "cli_reference.py"), "--check"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_readmes_queue_table_is_the_recorded_one():
+    """The README's table of queues says, row for row and cell for cell, what evidence/targets.txt recorded."""
+    import re
+
+    recorded = (ROOT / "evidence" / "targets.txt").read_text().splitlines()
+    start = next(n for n, line in enumerate(recorded) if line.startswith("policy "))
+    rows = []
+    for line in recorded[start + 1:]:
+        if not line.strip():
+            break
+        row, *cells = line.split()
+        rows.append([row, *(re.sub(r"\(\d+\)$", "", cell) for cell in cells)])  # violated(10): the length apart
+    readme = (ROOT / "README.md").read_text()
+    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in readme.splitlines()
+             if line.startswith("| ") and "|---" not in line]
+    header = ["queue", *map(str, range(1, 8))]
+    shown = table[table.index(header) + 1:][:len(rows)]
+    assert len(rows) == 12 and shown == rows
