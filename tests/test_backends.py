@@ -562,14 +562,13 @@ def _row_on_backend(name: str, storage: ModelStorage):
     return compare([report], {name: load_expected()[name]}, hypothesis_only=True)
 
 
-# The safe row on SQLite in every run (about 15 s): every world judged on SQLite with nothing
-# to find is the case a backend could get wrong silently. A violated row on SQLite is also in
-# every run through the process experiments (tests/test_processes.py, sqlite-naive); every
-# row here, and PostgreSQL's (about 7x slower per step), with --run-slow. All 56 cells on
+# Every row on SQLite, and PostgreSQL's (about 7x slower per step), with --run-slow: the safe
+# row alone cost 50 s of CI on a slow machine. In every run SQLite gets the explorer's walk with
+# its copies checked (test_the_explorer_runs_on_sqlite_and_its_copies_are_faithful), every world
+# stepped beside memory's (test_backend_world_matches_memory_step_by_step), and a violated row
+# through the process experiments (tests/test_processes.py, sqlite-naive). All 56 cells on
 # both: evidence/verdicts-sqlite.txt and evidence/verdicts-postgres.txt.
-GATE_ROWS = [
-    pytest.param(name, marks=[] if name == "abandon-fenced" else pytest.mark.slow) for name in POLICIES
-]
+GATE_ROWS = [pytest.param(name, marks=pytest.mark.slow) for name in POLICIES]
 
 
 @pytest.mark.parametrize("name", GATE_ROWS, ids=list(POLICIES))

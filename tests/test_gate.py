@@ -141,6 +141,8 @@ def test_the_drain_retries_a_job_whose_attempts_ran_out_even_with_a_warm_cache()
     assert BY_NAME["everything_settles"].check(world) is None
 
 
+# The thorough profile's report, not the gate: about 2% of CI's CPU on a slow machine, so with --run-slow.
+@pytest.mark.slow
 def test_thorough_path_reports_hypothesis_shrink_and_keeps_the_shorter_trace():
     """With hypothesis_shrink, a violated cell records Hypothesis' shrunk length and is never longer."""
     result = survey_config(

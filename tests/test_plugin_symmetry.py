@@ -184,13 +184,15 @@ MEMO_PLUGINS = {
 TWO_BY_ONE = dict(capacity=2, jobs=2, max_attempts=1, horizon=1)
 
 
+# In every run a destination (renamed) and a ledger; the other four, one walk each of every plug-in kind, with
+# --run-slow (three walks a case: about 5% of CI's CPU for all six).
 @pytest.mark.parametrize("plugin, config, symmetry", [
     ("plain subclass", dict(capacity=2, jobs=2, max_attempts=2, horizon=1), True),
-    ("plain subclass", TWO_BY_ONE, False),
-    ("deadline witness", TWO_BY_ONE, True),
+    pytest.param("plain subclass", TWO_BY_ONE, False, marks=pytest.mark.slow),
+    pytest.param("deadline witness", TWO_BY_ONE, True, marks=pytest.mark.slow),
     ("ledger frees twice", TWO_BY_ONE, True),
-    ("confirm without owner", TWO_BY_ONE, False),
-    ("decide writes", TWO_BY_ONE, True),
+    pytest.param("confirm without owner", TWO_BY_ONE, False, marks=pytest.mark.slow),
+    pytest.param("decide writes", TWO_BY_ONE, True, marks=pytest.mark.slow),
 ], ids=lambda value: value if isinstance(value, str) else None)
 def test_the_generic_step_memo_changes_no_count_verdict_or_counterexample(monkeypatch, plugin, config, symmetry):
     """A walk of users' plug-ins whose steps into states seen before are answered by the step memo concludes

@@ -27,7 +27,10 @@ STEP_MEMO_REFUSAL = "the step memo answered"
 FENCE = [sys.executable, "-m", "fence.cli.main"]
 
 
-@pytest.mark.parametrize("symmetry", [[], ["--symmetry"]], ids=["plain", "symmetric"])
+# Renamed states (--symmetry) with --run-slow: the refusal comes from the same checks, and a renamed plug-in's
+# faithfulness is in every run in tests/test_plugin_symmetry.py.
+@pytest.mark.parametrize("symmetry", [[], pytest.param(["--symmetry"], marks=pytest.mark.slow)],
+                         ids=["plain", "symmetric"])
 @pytest.mark.parametrize("plugin, refusals", [(PLUGIN, (FAITHFULNESS_REFUSAL, STEP_MEMO_REFUSAL)),
                                                (WITHOUT_STEP_MEMO, (FAITHFULNESS_REFUSAL,))],
                          ids=["any-guard", "faithfulness-alone"])
