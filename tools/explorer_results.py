@@ -14,8 +14,11 @@ action, the sentence it printed, and whether the drain took it).
 
 ``quick`` is the CI bound only (seconds); ``full`` adds horizon 4 and
 2x2x1 with symmetry and the seeded bugs (a few minutes); ``big`` is
-abandon-fenced at 2x2x2, horizon 2, jobs symmetric, one process and two, and naive there in one;
-``all`` is ``full`` and ``big``.
+abandon-fenced at 2x2x2, horizon 2, jobs symmetric, one process and two, and naive there in one,
+and both partitioned between two processes (``explore_partitioned``); ``all`` is ``full`` and ``big``.
+A partitioned row must equal, figure for figure and step for step, the one-process row of
+its bound (``compare`` checks that too, besides the recorded figures): the partitioned walk
+promises the same results as one process, shortest counterexamples included.
 tests/test_explore.py pins the CI-bound rows against tools/explorer-results.json.
 """
 
@@ -26,6 +29,7 @@ import json
 import sys
 from pathlib import Path
 
+from fence.explore.partitioned import explore_partitioned
 from fence.explore.workers import explore_with_workers
 from fence.model.policies import POLICIES
 from fence.model.world import ModelConfig
@@ -34,6 +38,9 @@ CI_BOUND = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=3)
 HORIZON_4 = ModelConfig(capacity=1, jobs=1, max_attempts=3, lease=2, horizon=4)
 TWO_JOBS_ONE_ATTEMPT = ModelConfig(capacity=2, jobs=2, max_attempts=1, lease=2, horizon=2)
 TWO_BY_TWO = ModelConfig(capacity=2, jobs=2, max_attempts=2, lease=2, horizon=2)
+
+PARTITIONED = " partitions=2"
+"""A partitioned row's name is its one-process row's name and this."""
 
 SEEDED = Path(__file__).resolve().parent.parent / "tests" / "seeded"
 # (policy, destination spec, ledger spec): the plug-ins of tests/test_seeded_bugs.py, explored
@@ -67,11 +74,15 @@ def rows(which: str) -> list[dict]:
     if which in ("big", "all"):
         chosen += [dict(policy="abandon-fenced", config=TWO_BY_TWO, symmetry=True, workers=w) for w in (1, 2)]
         chosen.append(dict(policy="naive", config=TWO_BY_TWO, symmetry=True, workers=1))
+        # Partitioned: a safe policy (every state, proved) and naive (four counterexamples, compared step by step).
+        chosen += [dict(policy=name, config=TWO_BY_TWO, symmetry=True, workers=1, partitions=2)
+                   for name in ("abandon-fenced", "naive")]
     for row in chosen:
         c = row["config"]
         plugins = "".join(f" {k}={row[k]}" for k in ("destination", "ledger") if row.get(k))
         row["name"] = (f"{row['policy']}{plugins} {c.capacity}x{c.jobs}x{c.max_attempts} h{c.horizon}"
-                       f"{' sym' if row['symmetry'] else ''}{' workers=2' if row['workers'] > 1 else ''}")
+                       f"{' sym' if row['symmetry'] else ''}{' workers=2' if row['workers'] > 1 else ''}"
+                       f"{PARTITIONED if row.get('partitions') else ''}")
     return chosen
 
 
@@ -86,10 +97,15 @@ def walk(row: dict) -> tuple[str, dict]:
     policy = POLICIES[row["policy"]] if row["policy"] in POLICIES else plugins.load_policy(spec(row["policy"]))
     destination = plugins.load_destination(spec(row["destination"])) if row.get("destination") else None
     ledger = plugins.load_ledger(spec(row["ledger"])) if row.get("ledger") else None
-    found = explore_with_workers(
-        policy, row["config"], workers=row["workers"], share_levels="always", symmetry=row["symmetry"],
-        destination_factory=destination, ledger_factory=ledger,
-    )
+    if row.get("partitions"):
+        found = explore_partitioned(policy, row["config"], partitions=row["partitions"], symmetry=row["symmetry"])
+        if found.one_process_because is not None:  # a row that fell back to one process checks nothing
+            raise RuntimeError(f"{row['name']} was not partitioned: {found.one_process_because}")
+    else:
+        found = explore_with_workers(
+            policy, row["config"], workers=row["workers"], share_levels="always", symmetry=row["symmetry"],
+            destination_factory=destination, ledger_factory=ledger,
+        )
     figures = {
         "states": found.states,
         "transitions": found.transitions,
@@ -126,8 +142,8 @@ def run_all(which: str, processes: int) -> dict[str, dict]:
         import multiprocessing
 
         # Rows that start worker processes of their own run here, one at a time.
-        alone = [r for r in chosen if r["workers"] > 1]
-        shared = [r for r in chosen if r["workers"] == 1]
+        alone = [r for r in chosen if r["workers"] > 1 or r.get("partitions")]
+        shared = [r for r in chosen if r not in alone]
         with multiprocessing.get_context("fork").Pool(processes) as pool:
             for name, figures in pool.imap_unordered(walk, shared):
                 results[name] = figures
@@ -164,6 +180,23 @@ def differences(recorded: dict[str, dict], now: dict[str, dict]) -> list[str]:
     return found
 
 
+def partitioned_differences(recorded: dict[str, dict], now: dict[str, dict]) -> list[str]:
+    """Every figure of a partitioned row walked now that differs from its bound's one-process row
+    (walked now, or else as recorded): the partitioned walk must conclude exactly what one process does."""
+    found = []
+    for name, figures in now.items():
+        if not name.endswith(PARTITIONED):
+            continue
+        alone = name.removesuffix(PARTITIONED)
+        reference = now.get(alone, recorded.get(alone))
+        if reference is None:
+            found.append(f"{name}: no one-process row {alone!r} to compare it with")
+            continue
+        found += [f"{name} against one process: {line.removeprefix(alone + ': ')}"
+                  for line in differences({alone: reference}, {alone: figures})]
+    return found
+
+
 def _short(item: dict | None) -> str:
     if item is None:
         return "missing"
@@ -186,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         args.file.write_text(json.dumps(recorded, indent=1, sort_keys=True) + "\n")
         print(f"recorded {len(now)} row(s) into {args.file}")
         return 0
-    problems = differences(json.loads(args.file.read_text()), now)
+    recorded = json.loads(args.file.read_text())
+    problems = differences(recorded, now) + partitioned_differences(recorded, now)
     for line in problems:
         print(line)
     print(f"{len(now)} row(s) compared: " + ("identical" if not problems else f"{len(problems)} difference(s)"))

@@ -10,6 +10,13 @@ those, a line per level with ``--levels``, and with ``--one-process`` the one-pr
 and the speed-up the CPU figures allow (one process's CPU over the summed critical path).
 
     python tools/partition_costs.py [--bound 2x2x2:2] [--policy abandon-fenced] [--one-process] [--levels]
+                                    [--in-turn] [--two-at-once]
+
+Two more figures split extra CPU by its cause (``--one-process`` needed): ``--in-turn`` runs both
+partitions in this process, one after the other, never two at once: their CPU over one process's is
+the partitions' own extra work (counts, memory layout). ``--two-at-once`` runs two one-process walks
+at once in two processes: one's CPU over one process's alone is what running two at once costs on
+this machine (shared caches and memory bandwidth, the host's scheduling), with no partitioning at all.
 
 The walks are the library's own (``explore_partitioned``'s coordinator and transport); only the
 reports each round returns are read. Other processes on the machine still stretch CPU seconds
@@ -57,6 +64,70 @@ def partitioned_costs(policy, config, partitions: int) -> tuple[Exploration, Rec
     return result, transport, time.process_time() - cpu_started
 
 
+class InTurn:
+    """The partitions in this process, each round's one after the other: a transport with no concurrency."""
+
+    def __init__(self, count: int, setup: tuple) -> None:
+        from fence.explore.partition import Partition
+
+        self.partitions = [Partition(index, count, *setup) for index in range(count)]
+        self.incoming: list[list[bytes]] = [[] for _ in range(count)]
+
+    def round(self, expand, known, seconds_left):
+        replies = [partition.advance(batches, expand, known, seconds_left)
+                   for partition, batches in zip(self.partitions, self.incoming)]
+        self.incoming = [[] for _ in self.partitions]
+        for _report, outgoing in replies:
+            for owner, batch in enumerate(outgoing):
+                if batch is not None:
+                    self.incoming[owner].append(batch)
+        return [report for report, _ in replies]
+
+    def close(self) -> None:
+        pass
+
+
+def in_turn_cpu(policy, config, partitions: int) -> tuple[float, Exploration]:
+    """CPU seconds of the partitioned walk with its partitions in this process, in turn (gc off, as in theirs)."""
+    import gc
+
+    enabled = gc.isenabled()
+    gc.disable()
+    cpu_started = time.process_time()
+    result = Exploration(policy, config, None, True, processes=partitions)
+    try:
+        coordinate(result, InTurn(partitions, (policy, config, True, INVARIANTS)), INVARIANTS, max_depth=None,
+                   time_budget=None, progress=None, started=time.perf_counter())
+    finally:
+        if enabled:
+            gc.enable()
+    return time.process_time() - cpu_started, result
+
+
+def two_at_once_cpu(policy, config) -> list[float]:
+    """CPU seconds of each of two one-process walks run at once in two forked processes."""
+    import os
+
+    readers = []
+    for _ in range(2):
+        reader, writer = os.pipe()
+        if os.fork() == 0:  # the child walks, writes its CPU seconds and leaves at once
+            os.close(reader)
+            cpu_started = time.process_time()
+            explore(policy, config, symmetry=True)
+            os.write(writer, repr(time.process_time() - cpu_started).encode())
+            os._exit(0)
+        os.close(writer)
+        readers.append(reader)
+    seconds = []
+    for reader in readers:
+        with os.fdopen(reader) as answer:
+            seconds.append(float(answer.read()))
+    os.wait()
+    os.wait()
+    return seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bound", type=explorer_bound, default=explorer_bound("2x2x2:2"))
@@ -64,6 +135,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--one-process", action="store_true", help="also walk in one process, for its CPU")
     parser.add_argument("--levels", action="store_true", help="a line per level")
+    parser.add_argument("--in-turn", action="store_true", help="also the partitions in this process, in turn")
+    parser.add_argument("--two-at-once", action="store_true", help="also two one-process walks at once")
     args = parser.parse_args()
     policy = POLICIES[args.policy]
     result, transport, coordinator_cpu = partitioned_costs(policy, args.bound, args.partitions)
@@ -96,6 +169,15 @@ def main() -> None:
         assert (alone.states, alone.transitions) == (result.states, result.transitions)
         print(f"one process CPU {one:.2f} s; summed/one {summed / one:.3f}; "
               f"speed-up the CPU allows (one / critical path) {one / critical:.2f}x")
+        if args.in_turn:
+            seconds, in_turn = in_turn_cpu(policy, args.bound, count)
+            assert (in_turn.states, in_turn.transitions) == (result.states, result.transitions)
+            print(f"partitions in turn in one process CPU {seconds:.2f} s; in turn/one {seconds / one:.3f} "
+                  "(the partitions' own extra work)")
+        if args.two_at_once:
+            both = two_at_once_cpu(policy, args.bound)
+            print(f"two one-process walks at once CPU {both[0]:.2f} s and {both[1]:.2f} s; at once/one "
+                  f"{sum(both) / 2 / one:.3f} (what running two at once costs here)")
 
 
 if __name__ == "__main__":

@@ -111,9 +111,12 @@ class OwnedWalk(AbstractWalk):
     def keep(self, path: bytes, world: World) -> None:
         """Keep ``world`` as the World of ``path``, letting the oldest go past ``KEPT_WORLDS``.
 
-        Shared, as every built World is: it is cloned before a step, never changed."""
+        Shared, as every built World is: it is cloned before a step, never changed. Its history goes, as
+        the one-process walk's kept Worlds' does (``WorldsOfEntries.keep_world``): nothing here reads it (a
+        drain or a step works on a clone without history), and each step in it is about 1 KB."""
         kept = self.kept
         if path and path not in kept:
+            world.trace = []
             kept[path] = world
             if len(kept) > KEPT_WORLDS:
                 kept.popitem(last=False)
@@ -365,6 +368,7 @@ class Partition:
                 else:
                     plain, worlds = rows[owner]
                     if child.world is not None:
+                        child.world.trace = []  # its one step would travel too (see ``OwnedWalk.keep``)
                         worlds.append((len(plain), child.world))
                     plain.append((key, base + place, child.details, child.parts, child.abandoned, child.shared,
                                   child.path))
