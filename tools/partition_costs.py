@@ -74,14 +74,11 @@ class InTurn:
         self.incoming: list[list[bytes]] = [[] for _ in range(count)]
 
     def round(self, expand, known, seconds_left):
-        replies = [partition.advance(batches, expand, known, seconds_left)
-                   for partition, batches in zip(self.partitions, self.incoming)]
-        self.incoming = [[] for _ in self.partitions]
-        for _report, outgoing in replies:
-            for owner, batch in enumerate(outgoing):
-                if batch is not None:
-                    self.incoming[owner].append(batch)
-        return [report for report, _ in replies]
+        from fence.explore.transports import delivered
+
+        reports, self.incoming = delivered([partition.advance(batches, expand, known, seconds_left)
+                                            for partition, batches in zip(self.partitions, self.incoming)])
+        return reports
 
     def close(self) -> None:
         pass

@@ -28,13 +28,8 @@ class ProcessTransport:
     def round(self, expand: bool, known: frozenset, seconds_left: float | None) -> list[dict]:
         for pipe, batches in zip(self.pipes, self.incoming):
             pipe.send((batches, expand, known, seconds_left))
-        replies = [_received(pipe) for pipe in self.pipes]
-        self.incoming = [[] for _ in self.pipes]
-        for _report, outgoing in replies:
-            for owner, batch in enumerate(outgoing):
-                if batch is not None:
-                    self.incoming[owner].append(batch)
-        return [report for report, _ in replies]
+        reports, self.incoming = delivered([_received(pipe) for pipe in self.pipes])
+        return reports
 
     def close(self) -> None:
         for pipe in self.pipes:
@@ -50,6 +45,17 @@ class ProcessTransport:
     def kill(self) -> None:
         for process in self.processes:
             process.kill()
+
+
+def delivered(replies: list[tuple[dict, list]]) -> tuple[list[dict], list[list]]:
+    """The partitions' reports, and each partition's incoming batches for the next round: every partition's reply
+    is its report and one batch (or None) per owner."""
+    incoming: list[list] = [[] for _ in replies]
+    for _report, outgoing in replies:
+        for owner, batch in enumerate(outgoing):
+            if batch is not None:
+                incoming[owner].append(batch)
+    return [report for report, _ in replies], incoming
 
 
 def _received(pipe):
