@@ -166,13 +166,18 @@ def test_the_readmes_fence_verdicts_matches_the_committed_matrix(tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
 
+def _readme_table_rows() -> list[list[str]]:
+    """Every row of every table in the README, as its cells (the rulers left out)."""
+    readme = (ROOT / "README.md").read_text()
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in readme.splitlines()
+            if line.startswith("| ") and "|---" not in line]
+
+
 def test_the_readmes_matrix_is_the_committed_one():
     """The README's verdict table says, cell for cell, what fence/expected_verdicts.txt commits to."""
     expected = [line.split() for line in (ROOT / "fence" / "expected_verdicts.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
-    readme = (ROOT / "README.md").read_text()
-    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in readme.splitlines()
-             if line.startswith("| ") and "|---" not in line]
+    table = _readme_table_rows()
     policies = {row[0] for row in expected[1:]}
     shown = [row for row in table if row[0] in policies or row[0] == "policy"]
     assert shown == expected
@@ -276,9 +281,7 @@ def test_the_readmes_queue_table_is_the_recorded_one():
             break
         row, *cells = line.split()
         rows.append([row, *(re.sub(r"\(\d+\)$", "", cell) for cell in cells)])  # violated(10): the length apart
-    readme = (ROOT / "README.md").read_text()
-    table = [[cell.strip() for cell in line.strip("|").split("|")] for line in readme.splitlines()
-             if line.startswith("| ") and "|---" not in line]
+    table = _readme_table_rows()
     header = ["queue", *map(str, range(1, 8))]
     shown = table[table.index(header) + 1:][:len(rows)]
     assert len(rows) == 12 and shown == rows
