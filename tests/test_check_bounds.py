@@ -25,7 +25,13 @@ FENCE = [sys.executable, "-m", "fence.cli.main"]
 TWO_BY_TWO = "2 unit(s), 2 job(s), 2 attempt(s) per job, lease 2 ticks, 2 janitor(s), horizon 2, jobs symmetric"
 
 
-def test_a_users_policy_file_is_proved_within_every_default_bound(tmp_path):
+# 40 s on this machine, with --run-slow; in every run tests/test_seeded_two_jobs.py walks a plug-in at
+# 2 units x 2 jobs. The budget is lifted: the test is about the bounds reached, not about the machine's speed
+# (under a load of 7 the 120 s for the later bounds once ran out), which evidence/ records.
+@pytest.mark.slow
+def test_a_users_policy_file_is_proved_within_every_default_bound(monkeypatch, tmp_path):
+    monkeypatch.setattr(checking, "EXPLORER_CHECK_BUDGET", 1e9)
+    monkeypatch.setattr(checking, "LATER_BOUNDS_BUDGET", 1e9)
     checked = check(f"{TESTS / 'user_policies' / 'builtin_copies.py'}:AbandonFenced", profile="quick", out=tmp_path)
     runs = checked.report.explorations
     assert [run.config for run in runs] == list(CHECK_BOUNDS)

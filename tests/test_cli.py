@@ -133,7 +133,8 @@ def test_explore_json_prints_its_levels_on_stderr_and_only_json_on_stdout(tmp_pa
     assert found["depth"] == depths[-1], (found["depth"], err)
 
 
-@pytest.mark.parametrize("command", ["check", "verdicts"])
+# check's (9 s) with --run-slow: in every run the test below watches check print its levels from depth 1.
+@pytest.mark.parametrize("command", [pytest.param("check", marks=pytest.mark.slow), "verdicts"])
 def test_check_and_verdicts_print_the_explorers_first_level_before_its_task_line(command, tmp_path, capsys):
     """check and verdicts print ``[explorer] POLICY at BOUND: depth 1: ...`` while the explorer walks, before its task line."""
     argv = ["check", "naive"] if command == "check" else ["verdicts", "--policy", "naive", "--no-shortest"]

@@ -41,6 +41,7 @@ def test_the_adapter_is_about_a_hundred_lines_on_the_public_api_alone():
     assert 60 < ends - begins <= ADAPTER_LINES, ends - begins
 
 
+@pytest.mark.slow  # 18 s; the stale finish itself is shown below in every run, check_target in tests/test_testing.py
 def test_check_target_finds_the_job_list_violated_and_its_stale_finish(example, redis_url):
     """Both engines on the real library: worse than naive on 5 (a stale finish), as celery on Redis is.
 

@@ -68,6 +68,7 @@ def test_fence_targets_finds_the_stale_failure_deleting_the_retrys_record_and_re
     assert "job1#1's fail changed job1/r2, which belongs to job1#2" in replayed.stdout
 
 
+@pytest.mark.slow  # 25 s; fence.testing.check_target on a real queue is in every run in tests/test_testing.py
 def test_check_target_finds_it_and_the_owner_checked_handler_does_not(redis_url, tmp_path):
     """check_target on the spec: violated on 5; with delete-on-exception checking the owner, 5 is proved."""
     checked = check_target(f"{RECORDS}:ROW", redis_url, out=tmp_path / "as-written")

@@ -138,7 +138,7 @@ def test_a_snapshot_without_time_is_reported_unfaithful(row, bound, request):
 @pytest.mark.parametrize("row", [
     pytest.param("procrastinate+guard", marks=[pytest.mark.postgres, pytest.mark.slow], id="procrastinate+guard"),
     pytest.param("pgqueuer+guard", marks=[pytest.mark.postgres, pytest.mark.slow], id="pgqueuer+guard"),
-    pytest.param("celery+guard", marks=pytest.mark.redis, id="celery+guard"),
+    pytest.param("celery+guard", marks=[pytest.mark.redis, pytest.mark.slow], id="celery+guard"),  # 19 s
 ])
 def test_a_snapshot_without_the_servers_image_loses_nothing_these_adapters_answer_by(row, request):
     """At 2 units x 2 jobs, to depth 5: without the image the walk is as faithful, and merges no states the shipped snapshot keeps apart but pgqueuer's log order."""

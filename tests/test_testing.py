@@ -201,6 +201,7 @@ def _example_pytest(directory: Path, *arguments: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow  # 37 s: the example's own pytest, two checks at the default bounds; the plugin's path runs above in every run
 def test_the_worked_example_passes_as_its_readme_says():
     run = _example_pytest(EXAMPLE)
     assert run.returncode == 0, run.stdout + run.stderr
