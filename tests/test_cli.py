@@ -146,7 +146,8 @@ def test_check_and_verdicts_print_the_explorers_first_level_before_its_task_line
     assert err[levels[0]].startswith("[explorer] naive at 1x1x3:3: depth 1: "), err
 
 
-@pytest.mark.parametrize("every", [1e9, 0.0], ids=["longer-than-the-run", "zero"])
+# Zero (every level, 12 s) with --run-slow: fence explore is held to every level in order above, in every run.
+@pytest.mark.parametrize("every", [1e9, pytest.param(0.0, marks=pytest.mark.slow)], ids=["longer-than-the-run", "zero"])
 def test_check_prints_the_first_level_then_at_most_one_line_per_interval(every, tmp_path, capsys, monkeypatch):
     """LEVEL_LINE_EVERY longer than the run: depth 1 only, per bound; zero: every level, 1, 2, ... in order."""
     from fence.checking import checking

@@ -117,10 +117,10 @@ def _conclusions(found) -> dict:
     }
 
 
-@pytest.mark.parametrize("config, symmetry", [
+@pytest.mark.parametrize("config, symmetry", [  # two jobs (4 s each) with --run-slow; renamed above in every run
     (dict(capacity=1, jobs=1, max_attempts=3, horizon=3), False),
-    (dict(capacity=2, jobs=2, max_attempts=1, horizon=1), False),
-    (dict(capacity=2, jobs=2, max_attempts=1, horizon=1), True),
+    pytest.param(dict(capacity=2, jobs=2, max_attempts=1, horizon=1), False, marks=pytest.mark.slow),
+    pytest.param(dict(capacity=2, jobs=2, max_attempts=1, horizon=1), True, marks=pytest.mark.slow),
 ], ids=["1x1x3 h3", "2x2x1 h1", "2x2x1 h1 symmetric"])
 def test_a_plain_subclass_on_the_generic_path_concludes_what_the_builtin_does(config, symmetry):
     """The generic path (whole worlds, the subclass's snapshot()) walks a subclass that changes

@@ -31,10 +31,10 @@ FENCE = [sys.executable, "-m", "fence.cli.main"]
 # faithfulness is in every run in tests/test_plugin_symmetry.py.
 @pytest.mark.parametrize("symmetry", [[], pytest.param(["--symmetry"], marks=pytest.mark.slow)],
                          ids=["plain", "symmetric"])
-# Either guard (11 s) with --run-slow: the step memo's own catch is in every run in tests/test_plugin_symmetry.py,
-# the faithfulness check's here.
-@pytest.mark.parametrize("plugin, refusals", [pytest.param(PLUGIN, (FAITHFULNESS_REFUSAL, STEP_MEMO_REFUSAL),
-                                                            marks=pytest.mark.slow),
+# With --run-slow (11-17 s each): in every run tests/test_plugin_symmetry.py has the step memo's own catch, and
+# tests/test_observer.py the faithfulness check's (state outside the snapshot, and a fault deep in the walk).
+@pytest.mark.slow
+@pytest.mark.parametrize("plugin, refusals", [(PLUGIN, (FAITHFULNESS_REFUSAL, STEP_MEMO_REFUSAL)),
                                                (WITHOUT_STEP_MEMO, (FAITHFULNESS_REFUSAL,))],
                          ids=["any-guard", "faithfulness-alone"])
 def test_a_destination_answering_by_what_its_snapshot_leaves_out_is_refused(plugin, refusals, symmetry, tmp_path):

@@ -37,6 +37,9 @@ def _fence(*args, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([*FENCE, *args], capture_output=True, text=True, cwd=cwd, timeout=280)
 
 
+# Both tests with --run-slow (22-25 s each): a user's target from a file is found and replayed in every run by
+# tests/test_targets_user.py, and the shipped rows' failure handlers by tests/test_targets_rows.py.
+@pytest.mark.slow
 def test_fence_targets_finds_the_stale_failure_deleting_the_retrys_record_and_replay_breaks_it_on_redis(
         tmp_path, redis_url):
     """fence targets --target FILE.py:ROW: violated on 5 in the class's order; fence replay breaks it again on Redis.
@@ -68,7 +71,7 @@ def test_fence_targets_finds_the_stale_failure_deleting_the_retrys_record_and_re
     assert "job1#1's fail changed job1/r2, which belongs to job1#2" in replayed.stdout
 
 
-@pytest.mark.slow  # 25 s; fence.testing.check_target on a real queue is in every run in tests/test_testing.py
+@pytest.mark.slow
 def test_check_target_finds_it_and_the_owner_checked_handler_does_not(redis_url, tmp_path):
     """check_target on the spec: violated on 5; with delete-on-exception checking the owner, 5 is proved."""
     checked = check_target(f"{RECORDS}:ROW", redis_url, out=tmp_path / "as-written")
