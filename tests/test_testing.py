@@ -23,6 +23,10 @@ from fence.checking.expected import load_expected
 from fence.model.world import ModelConfig
 from fence.testing import INVARIANT_NAMES, check, check_target
 
+# One worker takes the whole file, so that each module fixture's check (about 10 s) is made once, not once
+# per worker that happens to get one of its tests.
+pytestmark = pytest.mark.xdist_group("testing")
+
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ticket-fleet"
 # For the tests of what is recorded and refused, not of the verdicts: one unit, one job,
 # two attempts to horizon 2 (every danger reached), instead of check's default bounds.
