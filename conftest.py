@@ -9,7 +9,7 @@ PostgreSQL: tests marked ``postgres`` use $FENCE_POSTGRES_URL if it is set,
 otherwise a private cluster that scripts/postgres.sh starts for the session and
 stops at its end. Under CI (env CI set) a cluster that cannot be started FAILS
 those tests; elsewhere they are skipped, with the reason. The suite runs on
-two pytest-xdist workers; on a shared cluster each worker has a database of its
+three pytest-xdist workers; on a shared cluster each worker has a database of its
 own (``_database_of_this_worker``), and without one each starts its own cluster.
 
 Redis: tests marked ``redis`` (the celery target) use $FENCE_REDIS_URL the same
@@ -105,7 +105,7 @@ def _no_postgres(reason: str):
 def _database_of_this_worker(url: str) -> str:
     """``url`` with its database replaced by one of this pytest-xdist worker's own.
 
-    The suite runs on both cores (``-n 2`` in pyproject's addopts) and the tests
+    The suite runs on three workers (``-n 3`` in pyproject's addopts) and the tests
     empty fence's tables freely, so two workers sharing one database would
     erase each other's rows. Each worker gets ``fence_gw0``, ``fence_gw1``...
     on the same cluster, created here if missing. Without xdist: ``url``.

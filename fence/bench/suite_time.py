@@ -41,7 +41,7 @@ def suite(command: str, out: Path, pytest_arguments: Sequence[str] = ()) -> int:
         f"pytest exit status: {finished.returncode}",
         f"closing line: {closing[-1].strip('= ') if closing else '(none)'}",
         *(["failures:", *("  " + line for line in failures)] if failures else []),
-        "slowest tests (seconds, on two xdist workers, so they overlap):",
+        "slowest tests (seconds, on the xdist workers of pyproject's addopts, so they overlap):",
         *slowest,
     ]
     if finished.returncode != 0:
