@@ -80,6 +80,20 @@ class Survey:
             self.violations[name] = violation
 
 
+def _draw_of(data) -> Callable:
+    """How ``act`` draws: straight from the test case's choices, the same choices and spans as ``data.draw``.
+
+    ``data.draw`` (``st.data()``'s) wraps each draw in checks for a user's strategy: that it does not use
+    the random module (two ``random.getstate()`` calls) and a note of the value for the final report. Those
+    were about a sixth of a verdict run's CPU (cProfile of a survey: 75,000 draws), and these strategies are
+    fence's own integers; the steps' sentences are noted anyway. ``conjecture_data`` is the attribute
+    Hypothesis keeps as semi-stable: if a release drops it, the public ``data.draw`` is used, at its cost.
+    The draws are the same either way, so every run draws what it drew before (tests/test_draws.py).
+    """
+    conjecture_data = getattr(data, "conjecture_data", None)
+    return conjecture_data.draw if conjecture_data is not None else data.draw
+
+
 class FleetMachine(RuleBasedStateMachine):
     """Base machine; ``machine_for`` makes a subclass per policy and configuration."""
 
@@ -106,6 +120,7 @@ class FleetMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def act(self, data) -> None:
         """Apply one enabled action of the world: its kind first, then which one."""
+        draw = _draw_of(data)
         world = self.world
         kinds = self.kinds
         enabled = [kind for kind in kinds if world.enabled(kind)]
@@ -115,11 +130,11 @@ class FleetMachine(RuleBasedStateMachine):
         # same kind when the shrinker deletes earlier steps. If that kind is not
         # enabled, a second draw picks uniformly among those that are; together
         # every enabled kind is equally likely (1/12 + (12-m)/12 * 1/m = 1/m).
-        kind = kinds[data.draw(self.kind_draw, label="kind")]
+        kind = kinds[draw(self.kind_draw)]
         if kind not in enabled:
-            kind = enabled[data.draw(st.integers(0, len(enabled) - 1), label="enabled kind")]
+            kind = enabled[draw(st.integers(0, len(enabled) - 1))]
         options = world.enabled(kind)
-        pick = data.draw(PICK, label="which") if len(options) > 1 else 0
+        pick = draw(PICK) if len(options) > 1 else 0
         step = self.apply_action(options[pick % len(options)])
         # No per-step event: it costs ~10% of a run; dangers are counted at teardown.
         note(f"t={step.now}: {step.sentence}")
