@@ -55,3 +55,26 @@ def test_the_provider_is_restored_after_a_run():
     with source_independent_draws():
         assert HypothesisProvider.__dict__["_maybe_draw_constant"] is not original
     assert HypothesisProvider.__dict__["_maybe_draw_constant"] is original
+
+
+def test_the_machines_fast_draw_chooses_exactly_what_st_data_s_public_draw_does(monkeypatch):
+    """The machines draw from the test case's choices directly (fence.search.machines._draw_of), skipping
+    ``st.data()``'s checks for user strategies; the public ``data.draw`` must choose the same: the same
+    examples, first finds, dangers reached and counterexamples. Fails if a Hypothesis release makes the two
+    paths draw differently (then ``_draw_of`` must go)."""
+    from fence.search import machines
+    from fence.checking.verdicts import profile_settings, survey_config
+    from fence.model.policies import POLICIES
+    from fence.model.world import ModelConfig
+
+    def survey():
+        found = survey_config(POLICIES["witness-fenced"], ModelConfig(capacity=2, jobs=2),
+                              run_settings=profile_settings(60, 20))
+        stories = {name: [step.sentence for step in example.steps] for name, example in found.counterexamples.items()}
+        return found.examples, found.first_found_at_example, dict(found.reached), stories
+
+    fast = survey()
+    monkeypatch.setattr(machines, "_draw_of", lambda data: data.draw)
+    public = survey()
+    assert fast == public
+    assert fast[1], "nothing found: the comparison would say little"
