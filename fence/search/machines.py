@@ -88,7 +88,7 @@ def _draw_of(data) -> Callable:
     were about a sixth of a verdict run's CPU (cProfile of a survey: 75,000 draws), and these strategies are
     fence's own integers; the steps' sentences are noted anyway. ``conjecture_data`` is the attribute
     Hypothesis keeps as semi-stable: if a release drops it, the public ``data.draw`` is used, at its cost.
-    The draws are the same either way, so every run draws what it drew before (tests/test_draws.py).
+    The choices are the same either way (a survey through each path finds the same: tests/test_draws.py).
     """
     conjecture_data = getattr(data, "conjecture_data", None)
     return conjecture_data.draw if conjecture_data is not None else data.draw
