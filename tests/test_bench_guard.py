@@ -38,7 +38,7 @@ def test_one_worker_process_runs_every_job_once_with_one_effect_per_key(queue, m
     assert run.counts_right
 
 
-@pytest.mark.parametrize("mode", ["unguarded", "guarded"])
+@pytest.mark.parametrize("mode", [pytest.param("unguarded", marks=pytest.mark.slow), "guarded"])  # unguarded: --run-slow
 def test_dboss_own_worker_runs_every_job_once_with_one_effect_per_key(mode, postgres_url, tmp_path):
     """DBOS's launched runtime (its queue thread and workflow threads, a connection per thread) drains the bench's
     workflows: each key's step finished once, one effect per key, in both modes."""

@@ -52,6 +52,7 @@ def test_missing_expected_file_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # 9 s; policy files from outside fence's package are checked in every run by tests/test_seeded_bugs.py
 def test_check_runs_a_policy_from_a_file_outside_the_repo(tmp_path):
     """A user's policy in a new module outside the repo is judged and its row printed."""
     (tmp_path / "my_policy.py").write_text(textwrap.dedent('''

@@ -106,6 +106,10 @@ def _attempts_started(policy, config) -> set[str]:
     return started
 
 
+# 20 s, with --run-slow: in every run the abstract walk at 2x2x2 h2 is held to its recorded figures on naive
+# (tests/test_visited.py) and on a copy of naive (tests/test_user_policies.py); this proof's figures are in
+# tools/explorer-results.json (the exactness compare) and evidence/explorer-one-and-two-processes.txt.
+@pytest.mark.slow
 def test_abandon_fenced_is_proved_at_two_units_two_jobs_two_attempts():
     """2 units x 2 jobs x 2 attempts (horizon 2, jobs symmetric) is exhausted and every invariant PROVED."""
     found = explore(POLICIES["abandon-fenced"], TWO_BY_TWO, symmetry=True)

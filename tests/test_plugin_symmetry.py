@@ -320,6 +320,7 @@ def test_a_walk_of_plugins_keeps_the_collector_on_with_a_young_pass_rarer_and_re
     assert (True, _LongLived.PLUGIN_THRESHOLD) in seen
 
 
+@pytest.mark.slow  # 9 s: how the walk spends its memory, not what it concludes (the walks above conclude)
 def test_a_plugin_walk_freezes_each_level_only_while_no_cyclic_garbage_is_found_and_unfreezes_at_its_end(monkeypatch):
     """The survivors of each level are frozen (``LongLived.next_level``) so the older passes scan one level's,
     while no pass has found cyclic garbage; a plug-in that leaves cycles behind is not frozen from its first

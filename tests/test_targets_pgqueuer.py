@@ -69,7 +69,7 @@ def test_the_guarded_recovery_runs_the_retry_on_a_fresh_row(guarded):
     assert world.ledger._records()["job1/r1"].job.id != world.ledger._records()["job1/r2"].job.id
 
 
-@pytest.mark.parametrize("picks_read", ["apart", "in the registration"])
+@pytest.mark.parametrize("picks_read", ["apart", pytest.param("in the registration", marks=pytest.mark.slow)])
 def test_the_guard_in_a_task_run_by_pgqueuers_own_queue_manager(postgres_url, pgqueuer_module, picks_read):
     """A stale job re-picked by a real QueueManager is recovered (its attempt abandoned, a fresh row run), and the stale
     commit is refused: with the job's picks read apart, or in the registration's own statement (the guard's database

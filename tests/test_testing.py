@@ -152,6 +152,7 @@ def test_bad_settings_are_one_line_refusals():
 
 
 @pytest.mark.postgres
+@pytest.mark.slow  # 9 s; check_target on a user's target is in every run in tests/test_targets_user.py
 def test_check_target_judges_a_real_queue_and_keeps_its_lockstep_findings(postgres_url, tmp_path):
     # The machines alone: the explorer on a target has tests of its own (tests/test_targets_explorer.py).
     shipped = check_target("procrastinate", postgres_url, profile="quick", explore=False, out=tmp_path)

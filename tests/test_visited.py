@@ -131,6 +131,7 @@ def test_the_summary_and_the_json_give_the_fingerprints_and_their_collision_chan
     assert 0 < found["visited_bytes"]
 
 
+@pytest.mark.slow  # 12 s (the generic walk of a ledger plug-in); the figures per state are in evidence/
 def test_a_user_s_plug_ins_keep_their_visited_states_as_compactly_as_fence_s_own():
     """The same compact path for a plug-in from a file: flat arrays of fingerprints and parent numbers, at most
     64 bytes a state (issue 28) for fence's own parts and a user's alike."""
