@@ -31,7 +31,7 @@ import time
 from fence.cli.arguments import explorer_bound
 from fence.explore.partitioned import coordinate
 from fence.explore.results import Exploration
-from fence.explore.transports import ProcessTransport
+from fence.explore.transports import ProcessTransport, delivered
 from fence.explore.walk import INVARIANTS, explore
 from fence.model.policies import POLICIES
 
@@ -74,8 +74,6 @@ class InTurn:
         self.incoming: list[list[bytes]] = [[] for _ in range(count)]
 
     def round(self, expand, known, seconds_left):
-        from fence.explore.transports import delivered
-
         reports, self.incoming = delivered([partition.advance(batches, expand, known, seconds_left)
                                             for partition, batches in zip(self.partitions, self.incoming)])
         return reports
